@@ -1,0 +1,24 @@
+# The two commands the README promises (both work on a fresh machine):
+#   make demo   run batchsched on its embedded default and print where each pod went
+#   make test   install what the tests need, build or reuse the control plane, run every test
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+
+.PHONY: test demo install binaries
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+install: $(PY)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+
+binaries:
+	$(PYTHON) e2e/localcluster.py build
+
+test: install binaries
+	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+
+demo: install binaries
+	$(PY) -m batchsched demo

@@ -1,0 +1,23 @@
+"""Tunables of the decision core."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from batchsched.api.constants import DEFAULT_SCHEDULER_NAME
+
+
+@dataclass(frozen=True)
+class CoreConfig:
+    scheduler_name: str = DEFAULT_SCHEDULER_NAME
+    initial_backoff: float = 1.0  # seconds after a gang's first failed attempt
+    max_backoff: float = 60.0  # the backoff doubles up to this
+    reservation_after_seconds: float = 60.0  # see batchsched.core.queueing.queue
+    max_gangs_per_cycle: int = 1000  # attempts per cycle; the rest wait a cycle
+
+    def __post_init__(self) -> None:
+        if not 0 < self.initial_backoff <= self.max_backoff:
+            raise ValueError("need 0 < initial_backoff <= max_backoff")
+        if self.reservation_after_seconds < 0:
+            raise ValueError("reservation_after_seconds must be >= 0")
+        if self.max_gangs_per_cycle < 1:
+            raise ValueError("max_gangs_per_cycle must be >= 1")

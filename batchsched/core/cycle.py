@@ -1,0 +1,161 @@
+"""One scheduling cycle: from a Snapshot to bindings and per-gang verdicts.
+
+The cycle builds the gangs, reports those that cannot be tried (missing or
+invalid PodGroup, quorum not reached, schedule timeout), refreshes the
+queue's reservation, then tries every ready gang in queue order against one
+running copy of free resources, so gangs placed in the same cycle never
+share capacity.  A gang is bound whole (at least its quorum) or not at all.
+
+Verdicts cover the gangs decided in this cycle; a gang still backing off,
+or beyond ``max_gangs_per_cycle``, gets none and keeps its previous one.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from batchsched.core import resources as res
+from batchsched.core.config import CoreConfig
+from batchsched.core.gangs import Gang, build_gangs
+from batchsched.core.placement.fit import NodeFilter
+from batchsched.core.placement.gang import GangPlan, PlanFailure, plan_gang
+from batchsched.core.queueing.queue import GangQueue
+from batchsched.core.resources import Resources
+from batchsched.core.snapshot import Snapshot
+
+REASON_SCHEDULED = "Scheduled"
+REASON_UNSCHEDULABLE = "Unschedulable"
+REASON_QUORUM_NOT_REACHED = "QuorumNotReached"
+REASON_SCHEDULE_TIMEOUT = "ScheduleTimeout"
+# PodGroupNotFound and InvalidPodGroup come from batchsched.core.gangs.
+
+
+@dataclass(frozen=True)
+class Binding:
+    pod_uid: str
+    namespace: str
+    pod_name: str
+    node_name: str
+    gang_key: str
+
+
+@dataclass(frozen=True)
+class Verdict:
+    scheduled: bool  # the gang's quorum is placed (now or before)
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class CyclePlan:
+    bindings: list[Binding] = field(default_factory=list)
+    verdicts: dict[str, Verdict] = field(default_factory=dict)
+
+
+def schedule_cycle(snapshot: Snapshot, queue: GangQueue, config: CoreConfig = CoreConfig()) -> CyclePlan:
+    now = snapshot.now
+    gangs = build_gangs(snapshot)
+    plan = CyclePlan()
+    waiting = []
+    for gang in gangs.values():
+        if not gang.pending:
+            continue  # nothing to place (gated-only gangs wait for their gates)
+        if gang.problem is not None:
+            plan.verdicts[gang.key] = Verdict(False, gang.problem.reason, gang.problem.message)
+        elif not gang.eligible:
+            plan.verdicts[gang.key] = Verdict(False, REASON_QUORUM_NOT_REACHED, _quorum_message(gang))
+        else:
+            waiting.append(gang)
+    queue.sync(waiting, now)
+    for gang in waiting:
+        timeout = gang.spec.schedule_timeout_seconds
+        if timeout and gang.need and not queue.timed_out(gang.key) and queue.waited(gang.key, now) > timeout:
+            queue.time_out(gang.key)
+        if queue.timed_out(gang.key):
+            plan.verdicts[gang.key] = Verdict(False, REASON_SCHEDULE_TIMEOUT, (
+                f"Gang {gang.key} was not scheduled within scheduleTimeoutSeconds={timeout}; "
+                "it is retried when its pods or PodGroup change."))
+
+    node_filter = NodeFilter(snapshot.nodes)
+    _refresh_reservation(snapshot, gangs, queue, node_filter)
+    capacity = _total_allocatable(snapshot)
+    free = snapshot.free_by_node()
+    attempts = 0
+    for key in queue.ordered():
+        if attempts >= config.max_gangs_per_cycle:
+            break
+        if not queue.ready(key, now):
+            continue
+        attempts += 1
+        gang = gangs[key]
+        too_big = _beyond_cluster(gang.spec.min_resources, capacity)
+        if too_big:
+            queue.record_failure(key, now)
+            plan.verdicts[key] = Verdict(False, REASON_UNSCHEDULABLE, (
+                f"Gang {key} minResources exceed the allocatable of all nodes together: {too_big}."))
+            continue
+        result = plan_gang(gang.pending, gang.need, snapshot.nodes, free,
+                           reserved=queue.reserved_against(key), node_filter=node_filter)
+        if isinstance(result, PlanFailure):
+            queue.record_failure(key, now)
+            plan.verdicts[key] = Verdict(False, REASON_UNSCHEDULABLE, result.message)
+            continue
+        queue.record_success(key)
+        if result.unplaced:
+            queue.record_failure(key, now)  # back off retrying the members that did not fit
+        plan.bindings.extend(
+            Binding(a.pod.uid, a.pod.namespace, a.pod.name, a.node_name, key) for a in result.assignments)
+        plan.verdicts[key] = Verdict(True, REASON_SCHEDULED, _scheduled_message(gang, result))
+    return plan
+
+
+def _refresh_reservation(snapshot: Snapshot, gangs: Mapping[str, Gang], queue: GangQueue,
+                         node_filter: NodeFilter) -> None:
+    """Give the reservation to the first long-waiting gang that is not
+    hopeless (see batchsched.core.queueing.queue)."""
+    for key in queue.reservation_candidates(snapshot.now):
+        gang = gangs[key]
+        if not gang.need:
+            continue  # its quorum is bound; extra members reserve nothing
+        free = snapshot.free_by_node_without(
+            lambda pod: pod.scheduler_name == snapshot.scheduler_name
+            and gangs[pod.gang_key].priority < gang.priority)
+        result = plan_gang(gang.pending, gang.need, snapshot.nodes, free, node_filter=node_filter)
+        if isinstance(result, PlanFailure):
+            queue.mark_hopeless(key)
+            continue
+        queue.reserve(key, {a.node_name for a in result.assignments[:gang.need]})
+        return
+    queue.release_reservation()
+
+
+def _total_allocatable(snapshot: Snapshot) -> Resources:
+    total: Resources = {}
+    for node in snapshot.nodes.values():
+        total = res.add(total, node.allocatable)
+    return total
+
+
+def _beyond_cluster(min_resources: Mapping[str, int], capacity: Mapping[str, int]) -> str:
+    """"nvidia.com/gpu 40 > 32, ..." for each resource the cluster lacks; "" if none."""
+    return ", ".join(
+        f"{name} {res.format_amount(name, min_resources[name])} > {res.format_amount(name, capacity.get(name, 0))}"
+        for name in sorted(res.fits(min_resources, capacity)))
+
+
+def _quorum_message(gang: Gang) -> str:
+    message = f"{gang.active}/{gang.min_member} members exist"
+    if gang.gated:
+        message += f" ({gang.gated} more held by scheduling gates)"
+    return message
+
+
+def _scheduled_message(gang: Gang, result: GangPlan) -> str:
+    placed = len(result.assignments)
+    nodes = len({a.node_name for a in result.assignments})
+    message = f"Gang {gang.key}: {placed} pod(s) placed on {nodes} node(s)"
+    if not gang.need:
+        message = f"Gang {gang.key} has its quorum bound; {placed} more pod(s) placed"
+    if result.unplaced:
+        message += f"; {len(result.unplaced)} more do not fit: {result.unplaced_message}"
+    return message + ("" if message.endswith(".") else ".")

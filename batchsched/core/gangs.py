@@ -1,0 +1,104 @@
+"""Gangs as the scheduler sees them, built from a Snapshot.
+
+A gang is every pod of ours (``schedulerName`` is this scheduler) that
+shares a ``PodInfo.gang_key``: the pods of one PodGroup, or a lone pod with
+no group label, which forms an implicit gang of one.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Hashable
+
+from batchsched.core.model import GroupSpec, PodInfo
+from batchsched.core.snapshot import Snapshot
+
+REASON_GROUP_NOT_FOUND = "PodGroupNotFound"
+REASON_INVALID_GROUP = "InvalidPodGroup"
+
+
+@dataclass(frozen=True)
+class GangProblem:
+    """Why a gang cannot be scheduled at all, whatever the cluster holds."""
+
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Gang:
+    key: str
+    # The PodGroup, or a stand-in with minMember 1 for a lone pod or for a
+    # group that is missing or invalid (see ``problem``).
+    spec: GroupSpec
+    priority: int
+    members: tuple[PodInfo, ...]  # every pod of ours in the gang, terminal ones too
+    pending: tuple[PodInfo, ...]  # unbound, not terminal, not terminating, not gated
+    bound_active: tuple[PodInfo, ...]  # bound, not terminal, not terminating
+    gated: int = 0  # unbound members held back by scheduling gates
+    problem: GangProblem | None = None
+    implicit: bool = False  # spec is a stand-in, not a PodGroup
+
+    @property
+    def min_member(self) -> int:
+        return self.spec.min_member
+
+    @property
+    def created(self) -> float:
+        return self.spec.created
+
+    @property
+    def active(self) -> int:
+        """Members that count toward minMember."""
+        return len(self.bound_active) + len(self.pending)
+
+    @property
+    def eligible(self) -> bool:
+        return self.problem is None and self.active >= self.min_member
+
+    @property
+    def need(self) -> int:
+        """How many pending members must be placed at once to reach quorum."""
+        return max(0, self.min_member - len(self.bound_active))
+
+    @property
+    def signature(self) -> Hashable:
+        """Changes when the gang's spec or membership does."""
+        return (self.spec.generation, frozenset(p.uid for p in self.members))
+
+
+def build_gangs(snapshot: Snapshot) -> dict[str, Gang]:
+    """Every gang with at least one pod of ours, by key, in key order."""
+    members_by_key: dict[str, list[PodInfo]] = {}
+    for pod in snapshot.pods.values():
+        if pod.scheduler_name == snapshot.scheduler_name:
+            members_by_key.setdefault(pod.gang_key, []).append(pod)
+    return {key: _gang(key, members_by_key[key], snapshot) for key in sorted(members_by_key)}
+
+
+def _gang(key: str, members: list[PodInfo], snapshot: Snapshot) -> Gang:
+    members.sort(key=lambda p: (p.created, p.name, p.uid))
+    first = members[0]
+    problem = None
+    spec = snapshot.groups.get(key) if first.group else None
+    if first.group and key in snapshot.invalid_groups:
+        spec = None
+        problem = GangProblem(REASON_INVALID_GROUP, snapshot.invalid_groups[key])
+    elif first.group and spec is None:
+        problem = GangProblem(REASON_GROUP_NOT_FOUND, f"PodGroup {key} not found")
+    implicit = spec is None
+    if spec is None:
+        spec = GroupSpec(namespace=first.namespace, name=key.split("/", 1)[1], min_member=1,
+                         priority=first.priority, created=first.created)
+    unbound = [p for p in members if not p.node_name and not p.terminal and not p.terminating]
+    return Gang(
+        key=key,
+        spec=spec,
+        # A group's own priority wins when set; otherwise its most important member's.
+        priority=spec.priority or max(p.priority for p in members),
+        members=tuple(members),
+        pending=tuple(p for p in unbound if not p.gated),
+        bound_active=tuple(p for p in members if p.holds_resources and not p.terminating),
+        gated=sum(1 for p in unbound if p.gated),
+        problem=problem,
+        implicit=implicit,
+    )

@@ -1,0 +1,308 @@
+"""The decision core's view of the cluster: plain, immutable value objects.
+
+The shell turns Kubernetes JSON (as the API server sends it) into these with
+the ``*_from_json`` functions; the core never sees a client object.  Converting
+is pure, so it lives here and is unit-tested like the rest of the core.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Mapping
+
+from batchsched.api import constants
+from batchsched.core import resources as res
+from batchsched.core.resources import Resources
+
+TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+
+
+@dataclass(frozen=True)
+class Taint:
+    key: str
+    value: str
+    effect: str
+
+    def __str__(self) -> str:
+        return f"{{{self.key}: {self.value}}}" if self.value else f"{{{self.key}: }}"
+
+
+@dataclass(frozen=True)
+class Toleration:
+    key: str = ""
+    operator: str = "Equal"  # Equal | Exists
+    value: str = ""
+    effect: str = ""  # empty matches every effect
+
+    def tolerates(self, taint: Taint) -> bool:
+        if self.effect and self.effect != taint.effect:
+            return False
+        if self.operator == "Exists":
+            return not self.key or self.key == taint.key
+        return self.key == taint.key and self.value == taint.value
+
+
+@dataclass(frozen=True)
+class SelectorRequirement:
+    key: str
+    operator: str  # In | NotIn | Exists | DoesNotExist | Gt | Lt
+    values: tuple[str, ...] = ()
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        present = self.key in labels
+        value = labels.get(self.key)
+        op = self.operator
+        if op == "In":
+            return present and value in self.values
+        if op == "NotIn":
+            return not present or value not in self.values
+        if op == "Exists":
+            return present
+        if op == "DoesNotExist":
+            return not present
+        if op in ("Gt", "Lt") and present and len(self.values) == 1:
+            try:
+                left, right = int(value), int(self.values[0])
+            except (TypeError, ValueError):
+                return False
+            return left > right if op == "Gt" else left < right
+        return False
+
+
+@dataclass(frozen=True)
+class NodeSelectorTerm:
+    """Requirements ANDed together; a pod's terms are ORed."""
+
+    match_expressions: tuple[SelectorRequirement, ...] = ()
+    match_fields: tuple[SelectorRequirement, ...] = ()
+
+    def matches(self, labels: Mapping[str, str], node_name: str) -> bool:
+        if not self.match_expressions and not self.match_fields:
+            return False  # an empty term matches nothing (API semantics)
+        fields = {"metadata.name": node_name}
+        return all(r.matches(labels) for r in self.match_expressions) and all(
+            r.matches(fields) for r in self.match_fields
+        )
+
+
+@dataclass(frozen=True)
+class PodInfo:
+    uid: str
+    namespace: str
+    name: str
+    scheduler_name: str = constants.DEFAULT_SCHEDULER_NAME
+    node_name: str = ""
+    phase: str = "Pending"
+    terminating: bool = False
+    requests: Resources = field(default_factory=dict)
+    priority: int = 0
+    group: str = ""  # PodGroup name ("" = not in a group)
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    affinity_terms: tuple[NodeSelectorTerm, ...] = ()  # required node affinity
+    tolerations: tuple[Toleration, ...] = ()
+    gated: bool = False  # has spec.schedulingGates
+    created: float = 0.0  # unix seconds
+    resource_version: str = ""
+    gpu_ids: tuple[int, ...] = ()  # from the gpu-ids annotation, once bound
+    nominated_node: str = ""
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def terminal(self) -> bool:
+        return self.phase in TERMINAL_PHASES
+
+    @property
+    def holds_resources(self) -> bool:
+        """A bound pod counts against its node until it is terminal."""
+        return bool(self.node_name) and not self.terminal
+
+    @property
+    def gang_key(self) -> str:
+        """The gang this pod belongs to: its PodGroup, or itself alone."""
+        if self.group:
+            return f"{self.namespace}/{self.group}"
+        return f"{self.namespace}/pod:{self.name}"
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    name: str
+    allocatable: Resources
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    taints: tuple[Taint, ...] = ()
+    unschedulable: bool = False
+    ready: bool = True
+
+
+@dataclass(frozen=True)
+class GroupSpec:
+    """A PodGroup as the core needs it (see batchsched.api.podgroup)."""
+
+    namespace: str
+    name: str
+    min_member: int = 1
+    priority: int = 0
+    created: float = 0.0
+    schedule_timeout_seconds: int | None = None
+    min_resources: Resources = field(default_factory=dict)
+    generation: int = 0
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+# --------------------------------------------------------------------------
+# JSON -> model
+# --------------------------------------------------------------------------
+
+
+def parse_time(text: str | None) -> float:
+    if not text:
+        return 0.0
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(timezone.utc).timestamp()
+
+
+def _requirements(raw: list[dict] | None) -> tuple[SelectorRequirement, ...]:
+    return tuple(
+        SelectorRequirement(r.get("key", ""), r.get("operator", ""), tuple(r.get("values") or ()))
+        for r in raw or ()
+    )
+
+
+def pod_requests(spec: Mapping[str, Any]) -> Resources:
+    """What the pod occupies on a node, as kube-scheduler computes it.
+
+    max(sum of app containers, each init container) + overhead, plus one
+    ``pods`` slot.  Extended resources (anything but cpu/memory/storage) are
+    taken from limits when larger, as the device plugin allocates by limits.
+    """
+    def container_request(c: Mapping[str, Any]) -> Resources:
+        r = c.get("resources") or {}
+        req = res.parse_resource_map(r.get("requests"))
+        for name, amount in res.parse_resource_map(r.get("limits")).items():
+            if name not in req or (name not in (res.CPU, res.MEMORY, "ephemeral-storage")
+                                   and amount > req[name]):
+                # API defaulting: a limit with no request means request == limit
+                req[name] = max(amount, req.get(name, 0))
+        return req
+
+    total: Resources = {}
+    for c in spec.get("containers") or ():
+        total = res.add(total, container_request(c))
+    sidecars: Resources = {}
+    for c in spec.get("initContainers") or ():
+        r = container_request(c)
+        if c.get("restartPolicy") == "Always":  # sidecar: runs beside the app
+            sidecars = res.add(sidecars, r)
+            continue
+        for name, amount in res.add(r, sidecars).items():
+            total[name] = max(total.get(name, 0), amount)
+    total = res.add(total, sidecars)
+    total = res.add(total, res.parse_resource_map(spec.get("overhead")))
+    total[res.PODS] = 1
+    return {k: v for k, v in total.items() if v}
+
+
+def pod_from_json(obj: Mapping[str, Any]) -> PodInfo:
+    meta = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    status = obj.get("status") or {}
+    labels = meta.get("labels") or {}
+    annotations = meta.get("annotations") or {}
+    affinity = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
+                .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+    terms = tuple(
+        NodeSelectorTerm(_requirements(t.get("matchExpressions")), _requirements(t.get("matchFields")))
+        for t in affinity.get("nodeSelectorTerms") or ()
+    )
+    tolerations = tuple(
+        Toleration(t.get("key") or "", t.get("operator") or "Equal", t.get("value") or "", t.get("effect") or "")
+        for t in spec.get("tolerations") or ()
+    )
+    return PodInfo(
+        uid=meta.get("uid", ""),
+        namespace=meta.get("namespace", ""),
+        name=meta.get("name", ""),
+        scheduler_name=spec.get("schedulerName") or "default-scheduler",
+        node_name=spec.get("nodeName") or "",
+        phase=status.get("phase") or "Pending",
+        terminating=bool(meta.get("deletionTimestamp")),
+        requests=pod_requests(spec),
+        priority=int(spec.get("priority") or 0),
+        group=labels.get(constants.POD_GROUP_LABEL, ""),
+        node_selector=dict(spec.get("nodeSelector") or {}),
+        affinity_terms=terms,
+        tolerations=tolerations,
+        gated=bool(spec.get("schedulingGates")),
+        created=parse_time(meta.get("creationTimestamp")),
+        resource_version=meta.get("resourceVersion", ""),
+        gpu_ids=parse_gpu_ids(annotations.get(constants.GPU_IDS_ANNOTATION)),
+        nominated_node=status.get("nominatedNodeName") or "",
+    )
+
+
+def parse_gpu_ids(text: str | None) -> tuple[int, ...]:
+    if not text:
+        return ()
+    try:
+        return tuple(sorted(int(p) for p in text.split(",") if p.strip()))
+    except ValueError:
+        return ()
+
+
+def node_from_json(obj: Mapping[str, Any]) -> NodeInfo:
+    meta = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    status = obj.get("status") or {}
+    ready = any(
+        c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or ()
+    )
+    allocatable = {}
+    for name, q in (status.get("allocatable") or {}).items():
+        try:
+            allocatable[name] = res.canonical(name, q)
+        except res.QuantityError:
+            continue  # a malformed quantity makes that resource unavailable
+    return NodeInfo(
+        name=meta.get("name", ""),
+        allocatable=allocatable,
+        labels=dict(meta.get("labels") or {}),
+        annotations=dict(meta.get("annotations") or {}),
+        taints=tuple(
+            Taint(t.get("key", ""), t.get("value") or "", t.get("effect", ""))
+            for t in spec.get("taints") or ()
+        ),
+        unschedulable=bool(spec.get("unschedulable")),
+        ready=ready,
+    )
+
+
+def group_from_json(obj: Mapping[str, Any], priority: int = 0) -> GroupSpec:
+    """Convert a PodGroup; raises ValueError on a spec that makes no sense."""
+    meta = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    min_member = spec.get("minMember", 1)
+    if not isinstance(min_member, int) or min_member < 1:
+        raise ValueError(f"spec.minMember must be an integer >= 1, got {min_member!r}")
+    timeout = spec.get("scheduleTimeoutSeconds")
+    if timeout is not None and (not isinstance(timeout, int) or timeout < 1):
+        raise ValueError(f"spec.scheduleTimeoutSeconds must be a positive integer, got {timeout!r}")
+    try:
+        min_resources = res.parse_resource_map(spec.get("minResources"))
+    except res.QuantityError as exc:
+        raise ValueError(f"spec.minResources: {exc}") from exc
+    return GroupSpec(
+        namespace=meta.get("namespace", ""),
+        name=meta.get("name", ""),
+        min_member=min_member,
+        priority=priority,
+        created=parse_time(meta.get("creationTimestamp")),
+        schedule_timeout_seconds=timeout,
+        min_resources=min_resources,
+        generation=int(meta.get("generation") or 0),
+    )

@@ -1,0 +1,1 @@
+"""Where pods can go: per-node predicates (fit) and the gang planner (gang)."""

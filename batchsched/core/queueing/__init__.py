@@ -1,0 +1,1 @@
+"""The order in which gangs are tried, their backoff, and reservations."""

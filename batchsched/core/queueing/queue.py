@@ -1,0 +1,249 @@
+"""The gang queue: order, backoff, schedule timeouts and the reservation.
+
+Order
+    Gangs are tried by priority (highest first), then creation time (oldest
+    first), then key.  Every gang whose backoff has expired is tried in each
+    cycle, so a gang that does not fit never blocks the gangs behind it.
+
+Backoff
+    After a failed attempt a gang waits ``initial_backoff`` seconds, doubling
+    with each further failure up to ``max_backoff``.  The backoff is cleared
+    when the gang is placed, when its membership or spec changes (``touch``,
+    also detected by ``sync`` from the gang's signature), and for every gang
+    when capacity frees up (``capacity_freed``).
+
+Schedule timeout
+    A gang's waiting clock starts when it enters the queue (it is eligible:
+    quorum exists) or at a time the shell supplies (``set_waiting_since``).
+    A gang that times out is skipped until ``touch``ed, which restarts its clock.
+
+Anti-starvation reservation
+    Because smaller gangs keep slipping into capacity as it frees up, a large
+    gang could wait forever.  So the first gang in queue order that has waited
+    longer than ``reservation_after_seconds``, has not timed out, and is not
+    hopeless gets a reservation: it is planned against node allocatable minus
+    every pod that is not ours or whose gang's priority is not lower than its
+    own (as if our lower-priority pods had all finished), and the nodes of that
+    plan are off-limits to every gang ordered after it until it is placed or
+    leaves the queue.  Gangs ordered before it are unaffected.  A gang that
+    does not fit even then is *hopeless*: it never holds a reservation, so it
+    cannot starve anyone; the check is repeated after ``touch`` or
+    ``capacity_freed``.  The reservation is recomputed every cycle by
+    ``batchsched.core.cycle``; the queue holds the result and enforces it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Hashable, Iterable, Iterator
+
+from sortedcontainers import SortedList
+
+if TYPE_CHECKING:
+    from batchsched.core.config import CoreConfig
+    from batchsched.core.gangs import Gang
+
+_OrderKey = tuple[int, float, str]
+
+
+@dataclass
+class _Entry:
+    key: str
+    priority: int
+    created: float
+    signature: Hashable
+    waiting_since: float | None  # None: restart the clock at the next sync
+    failures: int = 0
+    retry_at: float = 0.0
+    timed_out: bool = False
+    hopeless: bool = False
+
+    @property
+    def order(self) -> _OrderKey:
+        return (-self.priority, self.created, self.key)
+
+
+@dataclass(frozen=True)
+class Reservation:
+    gang_key: str
+    nodes: frozenset[str]
+
+
+class GangQueue:
+    def __init__(self, initial_backoff: float = 1.0, max_backoff: float = 60.0,
+                 reservation_after_seconds: float = 60.0):
+        self.initial_backoff = initial_backoff
+        self.max_backoff = max_backoff
+        self.reservation_after_seconds = reservation_after_seconds
+        self._entries: dict[str, _Entry] = {}
+        self._order: SortedList = SortedList()  # of _OrderKey
+        self._waiting_hints: dict[str, float] = {}
+        self._reservation: Reservation | None = None
+
+    @classmethod
+    def from_config(cls, config: CoreConfig) -> GangQueue:
+        return cls(config.initial_backoff, config.max_backoff, config.reservation_after_seconds)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._entries
+
+    # -- membership -------------------------------------------------------
+
+    def sync(self, gangs: Iterable[Gang], now: float) -> None:
+        """Make the queue hold exactly ``gangs`` (the eligible ones with pending pods)."""
+        present = set()
+        for gang in gangs:
+            self.upsert(gang.key, gang.priority, gang.created, now, gang.signature)
+            present.add(gang.key)
+        for key in [k for k in self._entries if k not in present]:
+            self.remove(key)
+        self._waiting_hints = {k: v for k, v in self._waiting_hints.items() if k in present}
+
+    def upsert(self, key: str, priority: int, created: float, now: float,
+               signature: Hashable = None) -> None:
+        entry = self._entries.get(key)
+        if entry is None:
+            since = min(now, self._waiting_hints.pop(key, now))
+            entry = self._entries[key] = _Entry(key, priority, created, signature, since)
+            self._order.add(entry.order)
+            return
+        if (priority, created) != (entry.priority, entry.created):
+            self._order.remove(entry.order)
+            entry.priority, entry.created = priority, created
+            self._order.add(entry.order)
+        if signature != entry.signature:
+            entry.signature = signature
+            self.touch(key)
+        if entry.waiting_since is None:
+            entry.waiting_since = now
+
+    def remove(self, key: str) -> None:
+        entry = self._entries.pop(key, None)
+        if entry is not None:
+            self._order.remove(entry.order)
+            self._release_if_held_by(key)
+
+    def ordered(self) -> Iterator[str]:
+        """Gang keys, first to be tried first."""
+        for order in list(self._order):
+            yield order[2]
+
+    # -- events from the shell ----------------------------------------------
+
+    def touch(self, gang_key: str) -> None:
+        """The gang's membership or spec changed: retry it at once.
+
+        Clears its backoff and hopeless mark; a timed-out gang is attempted
+        again with its waiting clock restarted at the next cycle.
+        """
+        entry = self._entries.get(gang_key)
+        if entry is None:
+            return
+        entry.failures = 0
+        entry.retry_at = 0.0
+        entry.hopeless = False
+        if entry.timed_out:
+            entry.timed_out = False
+            entry.waiting_since = None
+
+    def capacity_freed(self) -> None:
+        """Pods ended or nodes came: every gang may fit now, retry them all."""
+        for entry in self._entries.values():
+            entry.failures = 0
+            entry.retry_at = 0.0
+            entry.hopeless = False
+
+    def set_waiting_since(self, gang_key: str, since: float) -> None:
+        """The gang has been waiting since ``since`` (e.g. from PodGroup
+        status after a restart); takes effect when it enters the queue."""
+        entry = self._entries.get(gang_key)
+        if entry is None:
+            self._waiting_hints[gang_key] = since
+        elif entry.waiting_since is None or since < entry.waiting_since:
+            entry.waiting_since = since
+
+    # -- attempts ---------------------------------------------------------
+
+    def ready(self, gang_key: str, now: float) -> bool:
+        entry = self._entries.get(gang_key)
+        return entry is not None and not entry.timed_out and now >= entry.retry_at
+
+    def record_failure(self, gang_key: str, now: float) -> float:
+        """Back the gang off; returns the backoff in seconds."""
+        entry = self._entries[gang_key]
+        entry.failures += 1
+        delay = min(self.initial_backoff * 2 ** (entry.failures - 1), self.max_backoff)
+        entry.retry_at = now + delay
+        return delay
+
+    def record_success(self, gang_key: str) -> None:
+        entry = self._entries.get(gang_key)
+        if entry is not None:
+            entry.failures = 0
+            entry.retry_at = 0.0
+        self._release_if_held_by(gang_key)
+
+    def retry_at(self, gang_key: str) -> float:
+        return self._entries[gang_key].retry_at
+
+    def next_retry_at(self) -> float | None:
+        """When the earliest backed-off gang becomes ready (for the shell's
+        next wake-up); None when no gang is backing off."""
+        times = [e.retry_at for e in self._entries.values() if e.retry_at and not e.timed_out]
+        return min(times, default=None)
+
+    # -- schedule timeout ---------------------------------------------------
+
+    def waited(self, gang_key: str, now: float) -> float:
+        since = self._entries[gang_key].waiting_since
+        return 0.0 if since is None else now - since
+
+    def time_out(self, gang_key: str) -> None:
+        self._entries[gang_key].timed_out = True
+        self._release_if_held_by(gang_key)
+
+    def timed_out(self, gang_key: str) -> bool:
+        entry = self._entries.get(gang_key)
+        return entry is not None and entry.timed_out
+
+    # -- reservation --------------------------------------------------------
+
+    @property
+    def reservation(self) -> Reservation | None:
+        return self._reservation
+
+    def reservation_candidates(self, now: float) -> Iterator[str]:
+        """Gangs, in order, that have waited long enough for a reservation."""
+        for key in self.ordered():
+            entry = self._entries[key]
+            if (not entry.timed_out and not entry.hopeless and entry.waiting_since is not None
+                    and now - entry.waiting_since > self.reservation_after_seconds):
+                yield key
+
+    def mark_hopeless(self, gang_key: str) -> None:
+        """It does not fit even without our lower-priority pods."""
+        self._entries[gang_key].hopeless = True
+        self._release_if_held_by(gang_key)
+
+    def reserve(self, gang_key: str, nodes: Iterable[str]) -> None:
+        self._reservation = Reservation(gang_key, frozenset(nodes))
+
+    def release_reservation(self) -> None:
+        self._reservation = None
+
+    def reserved_against(self, gang_key: str) -> frozenset[str]:
+        """The nodes ``gang_key`` may not use: those reserved by a gang
+        ordered before it."""
+        held = self._reservation
+        if held is None or held.gang_key == gang_key or held.gang_key not in self._entries:
+            return frozenset()
+        entry = self._entries.get(gang_key)
+        if entry is not None and entry.order < self._entries[held.gang_key].order:
+            return frozenset()
+        return held.nodes
+
+    def _release_if_held_by(self, gang_key: str) -> None:
+        if self._reservation is not None and self._reservation.gang_key == gang_key:
+            self._reservation = None

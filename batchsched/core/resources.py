@@ -1,0 +1,87 @@
+"""Resource quantities in integer canonical units.
+
+cpu is counted in millicores, memory and storage in bytes, every other
+resource (pods, nvidia.com/gpu, MIG profiles, ...) in whole units, rounded up
+the way the API server rounds a quantity's integer value.
+"""
+from __future__ import annotations
+
+import math
+import re
+from fractions import Fraction
+from typing import Mapping
+
+Resources = dict[str, int]
+
+CPU = "cpu"
+MEMORY = "memory"
+PODS = "pods"
+
+_SUFFIX = {
+    "": 1, "n": Fraction(1, 10**9), "u": Fraction(1, 10**6), "m": Fraction(1, 1000),
+    "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
+    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
+}
+_QUANTITY = re.compile(r"^([+-]?[0-9.]+)(?:[eE]([+-]?[0-9]+))?(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]?)$")
+
+
+class QuantityError(ValueError):
+    pass
+
+
+def parse_quantity(text: str | int | float) -> Fraction:
+    """Parse a Kubernetes quantity ("500m", "1Gi", "2e3") exactly."""
+    if isinstance(text, (int, float)):
+        return Fraction(text)
+    match = _QUANTITY.match(str(text).strip())
+    if not match:
+        raise QuantityError(f"invalid quantity {text!r}")
+    number, exponent, suffix = match.groups()
+    try:
+        value = Fraction(number)
+    except ValueError as exc:
+        raise QuantityError(f"invalid quantity {text!r}") from exc
+    if exponent:
+        value *= Fraction(10) ** int(exponent)
+    return value * _SUFFIX[suffix]
+
+
+def canonical(name: str, text: str | int | float) -> int:
+    """A quantity in the canonical integer unit for resource ``name``."""
+    value = parse_quantity(text)
+    if name == CPU:
+        value *= 1000
+    return math.ceil(value)
+
+
+def parse_resource_map(raw: Mapping[str, object] | None) -> Resources:
+    return {name: canonical(name, q) for name, q in (raw or {}).items()}
+
+
+def add(a: Mapping[str, int], b: Mapping[str, int]) -> Resources:
+    out = dict(a)
+    for k, v in b.items():
+        out[k] = out.get(k, 0) + v
+    return out
+
+
+def subtract(a: Mapping[str, int], b: Mapping[str, int]) -> Resources:
+    out = dict(a)
+    for k, v in b.items():
+        out[k] = out.get(k, 0) - v
+    return out
+
+
+def fits(request: Mapping[str, int], free: Mapping[str, int]) -> list[str]:
+    """Names of the requested resources that ``free`` cannot cover."""
+    return [k for k, v in request.items() if v > 0 and free.get(k, 0) < v]
+
+
+def format_amount(name: str, amount: int) -> str:
+    if name == CPU:
+        return f"{amount}m" if amount % 1000 else str(amount // 1000)
+    if name == MEMORY:
+        for suffix, size in (("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)):
+            if amount and amount % size == 0:
+                return f"{amount // size}{suffix}"
+    return str(amount)

@@ -1,0 +1,152 @@
+"""The one adapter over ``kubernetes.aio``: raw JSON requests and watch streams.
+
+Everything the shell sends to the API server goes through :class:`Kube`.  It
+uses the client only for what it does well (kubeconfig and in-cluster auth,
+URL and header building, the aiohttp session) and reads responses as raw
+JSON, which is faster than the pydantic models on hot paths and sidesteps
+one client defect:
+
+* ``CoreV1Api.create_namespaced_pod_binding`` declares a ``V1Binding``
+  response, but the API server answers a binding with a ``Status`` object.
+  The typed call can raise while deserializing even though the pod *was*
+  bound (``tests/integration/test_client_quirks.py`` proves it against a real
+  API server), so binding is done here on the raw path and judged by the
+  HTTP status code alone.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any, AsyncIterator, Mapping
+from urllib.parse import quote
+
+from kubernetes.aio import client, config
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ApiError(Exception):
+    status: int
+    reason: str
+    message: str
+    body: Mapping[str, Any]
+
+    def __str__(self) -> str:
+        return f"{self.status} {self.reason}: {self.message}"
+
+    @property
+    def gone(self) -> bool:
+        return self.status == 410
+
+    @property
+    def conflict(self) -> bool:
+        return self.status == 409
+
+    @property
+    def not_found(self) -> bool:
+        return self.status == 404
+
+
+class Kube:
+    def __init__(self, api_client: client.ApiClient):
+        self.api = api_client
+
+    @classmethod
+    async def connect(cls, kubeconfig: str | None = None, qps_connections: int = 64) -> "Kube":
+        configuration = client.Configuration()
+        if kubeconfig:
+            await config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+        else:
+            config.load_incluster_config(client_configuration=configuration)
+        # Binding a 256-pod gang wants many requests in flight at once.
+        configuration.connection_pool_maxsize = qps_connections
+        return cls(client.ApiClient(configuration))
+
+    async def close(self) -> None:
+        await self.api.close()
+
+    async def _call(self, method: str, path: str, query: Mapping[str, Any] | None, body: Any,
+                    content_type: str | None, timeout: float | None):
+        headers = {"Accept": "application/json"}
+        if content_type:
+            headers["Content-Type"] = content_type
+        params = await self.api.param_serialize(
+            method=method, resource_path=path,
+            query_params=[(k, v) for k, v in (query or {}).items() if v is not None],
+            header_params=headers, body=body, auth_settings=["BearerToken"],
+        )
+        return await self.api.call_api(*params, _request_timeout=timeout)
+
+    async def request(self, method: str, path: str, *, query: Mapping[str, Any] | None = None,
+                      body: Any = None, content_type: str | None = None,
+                      timeout: float | None = 30.0) -> dict:
+        """One API call; returns the decoded JSON body or raises ApiError."""
+        resp = await self._call(method, path, query, body, content_type, timeout)
+        data = await resp.read()
+        try:
+            decoded = json.loads(data) if data else {}
+        except ValueError:
+            decoded = {"message": data[:500].decode(errors="replace")}
+        if resp.status >= 400:
+            raise ApiError(resp.status, decoded.get("reason", resp.reason or ""),
+                           decoded.get("message", ""), decoded)
+        return decoded
+
+    async def watch(self, path: str, resource_version: str, timeout_seconds: int = 300,
+                    extra: Mapping[str, Any] | None = None) -> AsyncIterator[dict]:
+        """Yield watch events (``{"type":..., "object":...}``) as they arrive.
+
+        An ``ERROR`` event (for example 410 Gone) is raised as ApiError.
+        """
+        query = {"watch": "true", "allowWatchBookmarks": "true",
+                 "resourceVersion": resource_version, "timeoutSeconds": timeout_seconds,
+                 **(extra or {})}
+        resp = await self._call("GET", path, query, None, None, timeout_seconds + 30)
+        try:
+            if resp.status >= 400:
+                data = await resp.read()
+                body = json.loads(data) if data else {}
+                raise ApiError(resp.status, body.get("reason", ""), body.get("message", ""), body)
+            content = resp.response.content
+            while True:
+                line = await content.readline()
+                if not line:
+                    return
+                event = json.loads(line)
+                if event.get("type") == "ERROR":
+                    status = event.get("object") or {}
+                    raise ApiError(int(status.get("code") or 500), status.get("reason", ""),
+                                   status.get("message", ""), status)
+                yield event
+        finally:
+            resp.response.release()
+
+    # ---- typed conveniences on the raw path --------------------------------
+
+    async def bind(self, namespace: str, pod: str, uid: str, node: str,
+                   annotations: Mapping[str, str] | None = None) -> None:
+        """Bind through the pods/binding subresource, guarded by the pod's UID.
+
+        Success is the HTTP status (201); the Status body is not parsed into a
+        V1Binding (see module docstring).
+        """
+        body = {
+            "apiVersion": "v1", "kind": "Binding",
+            "metadata": {"name": pod, "namespace": namespace, "uid": uid,
+                         **({"annotations": dict(annotations)} if annotations else {})},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
+        await self.request("POST", f"/api/v1/namespaces/{quote(namespace)}/pods/{quote(pod)}/binding",
+                           body=body)
+
+    async def evict(self, namespace: str, pod: str, uid: str | None = None) -> None:
+        body = {"apiVersion": "policy/v1", "kind": "Eviction",
+                "metadata": {"name": pod, "namespace": namespace},
+                **({"deleteOptions": {"preconditions": {"uid": uid}}} if uid else {})}
+        await self.request("POST", f"/api/v1/namespaces/{quote(namespace)}/pods/{quote(pod)}/eviction",
+                           body=body)
+
+    async def merge_patch(self, path: str, patch: Mapping[str, Any]) -> dict:
+        return await self.request("PATCH", path, body=patch, content_type="application/merge-patch+json")

@@ -1,0 +1,122 @@
+"""Fixtures for tests that talk to a real kube-apiserver.
+
+The control plane comes up once per run from e2e/localcluster.py, or the
+cluster named by $KUBECONFIG is used (kind, or any cluster) so one e2e suite
+runs against both.  Every test gets its own namespace and a label that its
+nodes carry, and everything cluster-scoped it made is removed afterwards.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "e2e"))
+
+import localcluster  # noqa: E402
+
+from tests.support.kube import KubeError, TestKube, wait_for  # noqa: E402
+from tests.support.objects import gpu_node  # noqa: E402
+
+SHARED = ROOT.parent / "shared"
+
+
+@pytest.fixture(scope="session")
+def kubeconfig(tmp_path_factory) -> str:
+    if os.environ.get("KUBECONFIG"):
+        yield os.environ["KUBECONFIG"]
+        return
+    workdir = tmp_path_factory.mktemp("localcluster")
+    cluster = localcluster.up(workdir, die_with_parent=True)
+    try:
+        yield str(cluster.kubeconfig)
+    finally:
+        localcluster.down(workdir)
+
+
+@pytest.fixture(scope="session")
+def kube(kubeconfig) -> TestKube:
+    api = TestKube(kubeconfig)
+    crd = yaml.safe_load((ROOT / "crds" / "podgroup.yaml").read_text())
+    api.apply_yaml_objects([crd])
+    wait_for("PodGroup CRD established", lambda: any(
+        c["type"] == "Established" and c["status"] == "True"
+        for c in api.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd['metadata']['name']}")
+        .get("status", {}).get("conditions") or []))
+    return api
+
+
+class Env:
+    """One test's slice of the cluster: a namespace and the nodes it made."""
+
+    def __init__(self, kube: TestKube, kubeconfig: str):
+        self.kube = kube
+        self.kubeconfig = kubeconfig
+        self.id = uuid.uuid4().hex[:8]
+        self.namespace = f"t-{self.id}"
+        self.node_label = {"batchsched.io/e2e-run": self.id}
+        self.nodes: list[str] = []
+        self.cluster_objects: list[str] = []
+        kube.create("/api/v1/namespaces", {"metadata": {"name": self.namespace}})
+
+    def add_node(self, name: str, **kwargs) -> str:
+        full = f"{self.id}-{name}"
+        labels = {**self.node_label, **kwargs.pop("labels", {})}
+        self.kube.create("/api/v1/nodes", gpu_node(full, labels=labels, **kwargs))
+        self.nodes.append(full)
+        return full
+
+    def add_cluster_object(self, obj: dict) -> dict:
+        from tests.support.kube import object_collection_path
+        created = self.kube.create(object_collection_path(obj), obj)
+        self.cluster_objects.append(f"{object_collection_path(obj)}/{obj['metadata']['name']}")
+        return created
+
+    def create(self, obj: dict) -> dict:
+        from tests.support.kube import object_collection_path
+        obj.setdefault("metadata", {})["namespace"] = self.namespace
+        return self.kube.create(object_collection_path(obj), obj)
+
+    def pods(self) -> dict[str, dict]:
+        return {p["metadata"]["name"]: p for p in self.kube.pods(self.namespace)}
+
+    def bound(self) -> dict[str, str]:
+        """Pod name -> node name, for every bound pod of the namespace."""
+        return {name: p["spec"]["nodeName"] for name, p in self.pods().items() if p["spec"].get("nodeName")}
+
+    def podgroup(self, name: str) -> dict:
+        return self.kube.get(f"/apis/scheduling.batchsched.io/v1alpha1/namespaces/{self.namespace}/podgroups/{name}")
+
+    def cleanup(self) -> None:
+        for p in self.kube.pods(self.namespace):
+            self.kube.delete(f"/api/v1/namespaces/{self.namespace}/pods/{p['metadata']['name']}",
+                             gracePeriodSeconds=0)
+        for node in self.nodes:
+            self.kube.delete(f"/api/v1/nodes/{node}")
+        for path in self.cluster_objects:
+            self.kube.delete(path)
+        try:
+            self.kube.delete(f"/api/v1/namespaces/{self.namespace}")
+        except KubeError:
+            pass
+
+
+@pytest.fixture
+def env(kube, kubeconfig) -> Env:
+    e = Env(kube, kubeconfig)
+    try:
+        yield e
+    finally:
+        e.cleanup()
+
+
+@pytest.fixture(scope="session")
+def shared_dir() -> Path:
+    if not SHARED.is_dir():
+        pytest.skip(f"shared data not present at {SHARED} (tests reading ../shared skip without it)")
+    return SHARED
