@@ -120,3 +120,67 @@ def shared_dir() -> Path:
     if not SHARED.is_dir():
         pytest.skip(f"shared data not present at {SHARED} (tests reading ../shared skip without it)")
     return SHARED
+
+
+class SchedulerProcess:
+    """batchsched run as its own process, as a user would run it."""
+
+    def __init__(self, env: Env, tmp_path: Path, **config):
+        self.env = env
+        self.config_path = tmp_path / "scheduler.yaml"
+        self.log_path = tmp_path / "scheduler.log"
+        config.setdefault("nodeSelector", env.node_label)
+        config.setdefault("logLevel", "DEBUG")
+        self.config_path.write_text(yaml.safe_dump(config))
+        self.proc = None
+
+    def start(self) -> "SchedulerProcess":
+        import subprocess
+        log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "batchsched", "run", "--kubeconfig", self.env.kubeconfig,
+             "--config", str(self.config_path)],
+            stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, preexec_fn=localcluster._die_with_parent)
+        return self
+
+    def kill(self) -> None:
+        """SIGKILL: no chance to clean up, like a crashed node."""
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except Exception:  # noqa: BLE001 - escalate whatever went wrong
+                self.kill()
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+@pytest.fixture
+def start_scheduler(env, tmp_path, request):
+    started: list[SchedulerProcess] = []
+
+    def start(**config) -> SchedulerProcess:
+        proc = SchedulerProcess(env, tmp_path, **config).start()
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        proc.stop()
+    failed = getattr(request.node, "rep_call", None)
+    if failed is not None and failed.failed:
+        for proc in started:
+            print(f"--- scheduler log (tail) ---\n{proc.log()[-6000:]}")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    rep = outcome.get_result()
+    setattr(item, f"rep_{rep.when}", rep)

@@ -12,11 +12,14 @@ or beyond ``max_gangs_per_cycle``, gets none and keeps its previous one.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Callable, Mapping
 
+from batchsched.api.constants import GPU_RESOURCE
 from batchsched.core import resources as res
 from batchsched.core.config import CoreConfig
 from batchsched.core.gangs import Gang, build_gangs
+from batchsched.core.model import PodInfo
+from batchsched.core.placement.capacity import CapacityIndex
 from batchsched.core.placement.fit import NodeFilter
 from batchsched.core.placement.gang import GangPlan, PlanFailure, plan_gang
 from batchsched.core.queueing.queue import GangQueue
@@ -77,9 +80,10 @@ def schedule_cycle(snapshot: Snapshot, queue: GangQueue, config: CoreConfig = Co
                 "it is retried when its pods or PodGroup change."))
 
     node_filter = NodeFilter(snapshot.nodes)
-    _refresh_reservation(snapshot, gangs, queue, node_filter)
-    capacity = _total_allocatable(snapshot)
     free = snapshot.free_by_node()
+    _refresh_reservation(snapshot, gangs, queue, node_filter, free)
+    cluster_total = _total_allocatable(snapshot)
+    capacity = CapacityIndex(snapshot.nodes, free, node_filter)
     attempts = 0
     for key in queue.ordered():
         if attempts >= config.max_gangs_per_cycle:
@@ -88,14 +92,13 @@ def schedule_cycle(snapshot: Snapshot, queue: GangQueue, config: CoreConfig = Co
             continue
         attempts += 1
         gang = gangs[key]
-        too_big = _beyond_cluster(gang.spec.min_resources, capacity)
+        too_big = _beyond_cluster(gang.spec.min_resources, cluster_total)
         if too_big:
             queue.record_failure(key, now)
             plan.verdicts[key] = Verdict(False, REASON_UNSCHEDULABLE, (
                 f"Gang {key} minResources exceed the allocatable of all nodes together: {too_big}."))
             continue
-        result = plan_gang(gang.pending, gang.need, snapshot.nodes, free,
-                           reserved=queue.reserved_against(key), node_filter=node_filter)
+        result = plan_gang(gang.pending, gang.need, capacity, reserved=queue.reserved_against(key))
         if isinstance(result, PlanFailure):
             queue.record_failure(key, now)
             plan.verdicts[key] = Verdict(False, REASON_UNSCHEDULABLE, result.message)
@@ -110,23 +113,35 @@ def schedule_cycle(snapshot: Snapshot, queue: GangQueue, config: CoreConfig = Co
 
 
 def _refresh_reservation(snapshot: Snapshot, gangs: Mapping[str, Gang], queue: GangQueue,
-                         node_filter: NodeFilter) -> None:
+                         node_filter: NodeFilter, free_now: Mapping[str, Resources]) -> None:
     """Give the reservation to the first long-waiting gang that is not
     hopeless (see batchsched.core.queueing.queue)."""
+    # Among nodes equally good once drained, the freest now should drain first.
+    freest_first = {name: (-f.get(GPU_RESOURCE, 0), -f.get(res.CPU, 0), -f.get(res.MEMORY, 0))
+                    for name, f in free_now.items()}
     for key in queue.reservation_candidates(snapshot.now):
         gang = gangs[key]
         if not gang.need:
             continue  # its quorum is bound; extra members reserve nothing
-        free = snapshot.free_by_node_without(
-            lambda pod: pod.scheduler_name == snapshot.scheduler_name
-            and gangs[pod.gang_key].priority < gang.priority)
-        result = plan_gang(gang.pending, gang.need, snapshot.nodes, free, node_filter=node_filter)
+        drained = snapshot.free_by_node_without(_drains_for(snapshot, gangs, gang))
+        result = plan_gang(gang.pending, gang.need,
+                           CapacityIndex(snapshot.nodes, drained, node_filter, tiebreak=freest_first))
         if isinstance(result, PlanFailure):
             queue.mark_hopeless(key)
             continue
         queue.reserve(key, {a.node_name for a in result.assignments[:gang.need]})
         return
     queue.release_reservation()
+
+
+def _drains_for(snapshot: Snapshot, gangs: Mapping[str, Gang], head: Gang) -> Callable[[PodInfo], bool]:
+    """The bound pods ``head`` may wait out: ours, of other gangs, not of
+    higher priority.  (Counting equal-priority pods is what makes the
+    reservation useful when every gang has the default priority.)"""
+    def drains(pod: PodInfo) -> bool:
+        return (pod.scheduler_name == snapshot.scheduler_name and pod.gang_key != head.key
+                and gangs[pod.gang_key].priority <= head.priority)
+    return drains
 
 
 def _total_allocatable(snapshot: Snapshot) -> Resources:
@@ -137,7 +152,7 @@ def _total_allocatable(snapshot: Snapshot) -> Resources:
 
 
 def _beyond_cluster(min_resources: Mapping[str, int], capacity: Mapping[str, int]) -> str:
-    """"nvidia.com/gpu 40 > 32, ..." for each resource the cluster lacks; "" if none."""
+    """Each resource the cluster lacks, as "nvidia.com/gpu 40 > 32"; "" if none."""
     return ", ".join(
         f"{name} {res.format_amount(name, min_resources[name])} > {res.format_amount(name, capacity.get(name, 0))}"
         for name in sorted(res.fits(min_resources, capacity)))
@@ -152,10 +167,11 @@ def _quorum_message(gang: Gang) -> str:
 
 def _scheduled_message(gang: Gang, result: GangPlan) -> str:
     placed = len(result.assignments)
-    nodes = len({a.node_name for a in result.assignments})
-    message = f"Gang {gang.key}: {placed} pod(s) placed on {nodes} node(s)"
-    if not gang.need:
+    if gang.need:
+        nodes = len({a.node_name for a in result.assignments})
+        message = f"Gang {gang.key}: {placed} pod(s) placed on {nodes} node(s)"
+    else:
         message = f"Gang {gang.key} has its quorum bound; {placed} more pod(s) placed"
-    if result.unplaced:
-        message += f"; {len(result.unplaced)} more do not fit: {result.unplaced_message}"
-    return message + ("" if message.endswith(".") else ".")
+    if result.unplaced:  # unplaced_message is a full sentence
+        return f"{message}; {len(result.unplaced)} more do not fit: {result.unplaced_message}"
+    return message + "."

@@ -78,23 +78,24 @@ def build_gangs(snapshot: Snapshot) -> dict[str, Gang]:
 def _gang(key: str, members: list[PodInfo], snapshot: Snapshot) -> Gang:
     members.sort(key=lambda p: (p.created, p.name, p.uid))
     first = members[0]
-    problem = None
-    spec = snapshot.groups.get(key) if first.group else None
-    if first.group and key in snapshot.invalid_groups:
-        spec = None
-        problem = GangProblem(REASON_INVALID_GROUP, snapshot.invalid_groups[key])
-    elif first.group and spec is None:
-        problem = GangProblem(REASON_GROUP_NOT_FOUND, f"PodGroup {key} not found")
+    spec, problem = None, None
+    if first.group:
+        if key in snapshot.invalid_groups:
+            problem = GangProblem(REASON_INVALID_GROUP, snapshot.invalid_groups[key])
+        elif key in snapshot.groups:
+            spec = snapshot.groups[key]
+        else:
+            problem = GangProblem(REASON_GROUP_NOT_FOUND, f"PodGroup {key} not found")
     implicit = spec is None
     if spec is None:
         spec = GroupSpec(namespace=first.namespace, name=key.split("/", 1)[1], min_member=1,
-                         priority=first.priority, created=first.created)
+                         created=first.created)
     unbound = [p for p in members if not p.node_name and not p.terminal and not p.terminating]
     return Gang(
         key=key,
         spec=spec,
         # A group's own priority wins when set; otherwise its most important member's.
-        priority=spec.priority or max(p.priority for p in members),
+        priority=spec.priority if spec.priority is not None else max(p.priority for p in members),
         members=tuple(members),
         pending=tuple(p for p in unbound if not p.gated),
         bound_active=tuple(p for p in members if p.holds_resources and not p.terminating),

@@ -145,7 +145,7 @@ class GroupSpec:
     namespace: str
     name: str
     min_member: int = 1
-    priority: int = 0
+    priority: int | None = None  # from spec.priorityClassName; None: take the members'
     created: float = 0.0
     schedule_timeout_seconds: int | None = None
     min_resources: Resources = field(default_factory=dict)
@@ -282,7 +282,7 @@ def node_from_json(obj: Mapping[str, Any]) -> NodeInfo:
     )
 
 
-def group_from_json(obj: Mapping[str, Any], priority: int = 0) -> GroupSpec:
+def group_from_json(obj: Mapping[str, Any], priority: int | None = None) -> GroupSpec:
     """Convert a PodGroup; raises ValueError on a spec that makes no sense."""
     meta = obj.get("metadata") or {}
     spec = obj.get("spec") or {}

@@ -1,1 +1,2 @@
-"""Where pods can go: per-node predicates (fit) and the gang planner (gang)."""
+"""Where pods can go: per-node predicates (fit), the per-cycle capacity
+index (capacity) and the all-or-nothing gang planner (gang)."""

@@ -22,6 +22,8 @@ REASON_UNSCHEDULABLE = "node(s) were unschedulable"
 REASON_NOT_READY = "node(s) were not ready"
 REASON_NODE_AFFINITY = "node(s) didn't match Pod's node affinity/selector"
 REASON_TOO_MANY_PODS = "Too many pods"
+# Not kube-scheduler's: a node held for a long-waiting gang (see queueing).
+REASON_RESERVED = "node(s) were reserved for a waiting gang"
 
 # The taints the node lifecycle controller puts on such nodes; a pod that
 # tolerates them (a DaemonSet, say) may land there, as with kube-scheduler.

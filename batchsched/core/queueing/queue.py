@@ -1,8 +1,10 @@
 """The gang queue: order, backoff, schedule timeouts and the reservation.
 
 Order
-    Gangs are tried by priority (highest first), then creation time (oldest
-    first), then key.  Every gang whose backoff has expired is tried in each
+    A partially bound gang (some members bound, quorum not yet complete,
+    e.g. after a binding failed mid-gang) comes first, so its remainder is
+    placed before anyone takes the room; then gangs by priority (highest
+    first), creation time (oldest first) and key.  Every gang whose backoff has expired is tried in each
     cycle, so a gang that does not fit never blocks the gangs behind it.
 
 Backoff
@@ -22,12 +24,14 @@ Anti-starvation reservation
     gang could wait forever.  So the first gang in queue order that has waited
     longer than ``reservation_after_seconds``, has not timed out, and is not
     hopeless gets a reservation: it is planned against node allocatable minus
-    every pod that is not ours or whose gang's priority is not lower than its
-    own (as if our lower-priority pods had all finished), and the nodes of that
-    plan are off-limits to every gang ordered after it until it is placed or
-    leaves the queue.  Gangs ordered before it are unaffected.  A gang that
-    does not fit even then is *hopeless*: it never holds a reservation, so it
-    cannot starve anyone; the check is repeated after ``touch`` or
+    the pods it cannot expect to finish for it -- pods that are not ours,
+    pods of gangs with a higher priority, its own bound members -- as if our
+    other pods of lower or equal priority had all finished (among nodes
+    equally good then, those freest now).  The nodes of that plan are
+    off-limits to every gang ordered after it until it is placed or leaves
+    the queue; gangs ordered before it are unaffected.  A gang that does not
+    fit even then is *hopeless*: it never holds a reservation, so it cannot
+    starve anyone; the check is repeated after ``touch`` or
     ``capacity_freed``.  The reservation is recomputed every cycle by
     ``batchsched.core.cycle``; the queue holds the result and enforces it.
 """
@@ -42,7 +46,7 @@ if TYPE_CHECKING:
     from batchsched.core.config import CoreConfig
     from batchsched.core.gangs import Gang
 
-_OrderKey = tuple[int, float, str]
+_OrderKey = tuple[bool, int, float, str]
 
 
 @dataclass
@@ -52,6 +56,7 @@ class _Entry:
     created: float
     signature: Hashable
     waiting_since: float | None  # None: restart the clock at the next sync
+    partial: bool = False  # some members bound, quorum incomplete
     failures: int = 0
     retry_at: float = 0.0
     timed_out: bool = False
@@ -59,7 +64,7 @@ class _Entry:
 
     @property
     def order(self) -> _OrderKey:
-        return (-self.priority, self.created, self.key)
+        return (not self.partial, -self.priority, self.created, self.key)
 
 
 @dataclass(frozen=True)
@@ -95,23 +100,24 @@ class GangQueue:
         """Make the queue hold exactly ``gangs`` (the eligible ones with pending pods)."""
         present = set()
         for gang in gangs:
-            self.upsert(gang.key, gang.priority, gang.created, now, gang.signature)
+            self.upsert(gang.key, gang.priority, gang.created, now, gang.signature,
+                        partial=bool(gang.bound_active) and gang.need > 0)
             present.add(gang.key)
         for key in [k for k in self._entries if k not in present]:
             self.remove(key)
         self._waiting_hints = {k: v for k, v in self._waiting_hints.items() if k in present}
 
     def upsert(self, key: str, priority: int, created: float, now: float,
-               signature: Hashable = None) -> None:
+               signature: Hashable = None, partial: bool = False) -> None:
         entry = self._entries.get(key)
         if entry is None:
             since = min(now, self._waiting_hints.pop(key, now))
-            entry = self._entries[key] = _Entry(key, priority, created, signature, since)
+            entry = self._entries[key] = _Entry(key, priority, created, signature, since, partial=partial)
             self._order.add(entry.order)
             return
-        if (priority, created) != (entry.priority, entry.created):
+        if (priority, created, partial) != (entry.priority, entry.created, entry.partial):
             self._order.remove(entry.order)
-            entry.priority, entry.created = priority, created
+            entry.priority, entry.created, entry.partial = priority, created, partial
             self._order.add(entry.order)
         if signature != entry.signature:
             entry.signature = signature
@@ -128,7 +134,7 @@ class GangQueue:
     def ordered(self) -> Iterator[str]:
         """Gang keys, first to be tried first."""
         for order in list(self._order):
-            yield order[2]
+            yield order[3]
 
     # -- events from the shell ----------------------------------------------
 
@@ -184,9 +190,6 @@ class GangQueue:
             entry.failures = 0
             entry.retry_at = 0.0
         self._release_if_held_by(gang_key)
-
-    def retry_at(self, gang_key: str) -> float:
-        return self._entries[gang_key].retry_at
 
     def next_retry_at(self) -> float | None:
         """When the earliest backed-off gang becomes ready (for the shell's

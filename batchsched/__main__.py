@@ -1,0 +1,5 @@
+import sys
+
+from batchsched.cli import main
+
+sys.exit(main())

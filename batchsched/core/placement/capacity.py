@@ -1,0 +1,161 @@
+"""A per-cycle index of free capacity, so that planning a gang costs about
+O(pods x log nodes) instead of a scan of every node per pod shape.
+
+``CapacityIndex`` owns the running free map of one cycle.  For each pod shape
+(equal requests and placement constraints) it keeps a ``ShapeView``: a heap
+of the statically feasible nodes that fit the shape, best first by
+``pack_score``, plus per-reason counts of the nodes that do not fit, for
+explanations.  Both are built once per shape per cycle and updated only for
+the nodes a committed plan changed.  Heap entries carry the node's version;
+an entry whose node changed since it was pushed is stale and skipped.
+
+A planning attempt works on top of the index without changing it: entries it
+pops are stashed and put back afterwards (``ShapeView.restore``), and the
+free resources it takes are applied only by ``CapacityIndex.commit``.
+"""
+from __future__ import annotations
+
+import heapq
+from collections import Counter
+from typing import Collection, Mapping
+
+from batchsched.api.constants import GPU_RESOURCE
+from batchsched.core import resources as res
+from batchsched.core.model import NodeInfo, PodInfo
+from batchsched.core.placement.fit import REASON_RESERVED, NodeFilter, placement_key, resource_reasons
+from batchsched.core.resources import Resources
+
+Entry = tuple[tuple, str, int]  # (score, node name, node version)
+
+
+def pack_score(node: NodeInfo, request: Mapping[str, int], free: Mapping[str, int]) -> tuple:
+    """Lower is better: fewest GPUs left after placement (keeping whole
+    nodes free for large gangs), then the least of the rest left."""
+    gpus_left = free.get(GPU_RESOURCE, 0) - request.get(GPU_RESOURCE, 0)
+    rest_left = 0.0
+    for name, amount in request.items():
+        if name != GPU_RESOURCE and name != res.PODS:
+            allocatable = node.allocatable.get(name)
+            if allocatable:
+                rest_left += (free.get(name, 0) - amount) / allocatable
+    return (gpus_left, rest_left)
+
+
+def shape_key(pod: PodInfo) -> tuple:
+    return (placement_key(pod), tuple(sorted(pod.requests.items())))
+
+
+class ShapeView:
+    """Where pods of one shape can go, given the index's free map."""
+
+    def __init__(self, index: CapacityIndex, pod: PodInfo):
+        self._index = index
+        self.request: Resources = dict(pod.requests)
+        self._wanted = tuple(self.request.items())
+        verdict = index.node_filter.evaluate(pod)
+        self.feasible = frozenset(verdict.feasible)
+        self._static_counts = Counter(verdict.rejected.values())
+        self._short: dict[str, list[str]] = {}  # feasible node -> resources it lacks
+        self._short_counts: Counter = Counter()
+        self._heap: list[Entry] = []
+        self._stash: list[Entry] = []  # popped by the current attempt
+        for name in verdict.feasible:
+            self._classify(name, push=False)
+        heapq.heapify(self._heap)
+
+    def fits(self, free: Mapping[str, int]) -> bool:
+        return all(free.get(name, 0) >= amount for name, amount in self._wanted)
+
+    def score(self, name: str, free: Mapping[str, int]) -> tuple:
+        return pack_score(self._index.nodes[name], self.request, free) + self._index.tiebreak.get(name, ())
+
+    def peek(self, *unusable: Collection[str]) -> Entry | None:
+        """The best node that fits the index's free map and is in none of ``unusable``."""
+        heap, versions = self._heap, self._index.versions
+        while heap:
+            entry = heap[0]
+            if entry[2] != versions.get(entry[1], 0):
+                heapq.heappop(heap)  # superseded by a newer entry for that node
+            elif any(entry[1] in names for names in unusable):
+                self._stash.append(heapq.heappop(heap))
+            else:
+                return entry
+        return None
+
+    def pop(self) -> Entry:
+        entry = heapq.heappop(self._heap)
+        self._stash.append(entry)
+        return entry
+
+    def reason_counts(self, reserved: Collection[str], taken: Mapping[str, Mapping[str, int]]) -> Counter:
+        """Per-reason node counts for a pod of this shape, with ``reserved``
+        nodes off-limits and ``taken`` overriding the free map."""
+        counts = self._static_counts + self._short_counts
+        for name in self.feasible.intersection(reserved):
+            counts.subtract(self._short.get(name, ()))
+            counts[REASON_RESERVED] += 1
+        for name, free in taken.items():
+            if name in self.feasible and name not in reserved:
+                counts.subtract(self._short.get(name, ()))
+                counts.update(resource_reasons(self.request, free))
+        return +counts  # drops the zero counts
+
+    def _classify(self, name: str, push: bool = True) -> None:
+        """File a feasible node as fitting (heap) or short (reasons)."""
+        self._short_counts.subtract(self._short.pop(name, ()))
+        free = self._index.free.get(name, {})
+        if self.fits(free):
+            entry = (self.score(name, free), name, self._index.versions.get(name, 0))
+            if push:
+                heapq.heappush(self._heap, entry)
+            else:
+                self._heap.append(entry)
+        else:
+            reasons = self._short[name] = resource_reasons(self.request, free)
+            self._short_counts.update(reasons)
+
+    def refresh(self, name: str) -> None:
+        """Node ``name`` changed in the index's free map."""
+        if name in self.feasible:
+            self._classify(name)
+
+    def restore(self) -> None:
+        """Put back what the last attempt popped and is still current."""
+        versions = self._index.versions
+        for entry in self._stash:
+            if entry[2] == versions.get(entry[1], 0):
+                heapq.heappush(self._heap, entry)
+        self._stash.clear()
+
+
+class CapacityIndex:
+    """The running free map of one cycle and the shape views over it.
+
+    ``free`` maps every node name to its free resources and is updated in
+    place by ``commit``.  ``tiebreak`` ranks nodes that score the same (lower
+    first) before their names do.  Build a new index whenever nodes change.
+    """
+
+    def __init__(self, nodes: Mapping[str, NodeInfo], free: dict[str, Resources],
+                 node_filter: NodeFilter | None = None, tiebreak: Mapping[str, tuple] | None = None):
+        self.nodes = nodes
+        self.free = free
+        self.node_filter = node_filter or NodeFilter(nodes)
+        self.tiebreak = tiebreak or {}
+        self.versions: dict[str, int] = {}
+        self._views: dict[tuple, ShapeView] = {}
+
+    def view(self, pod: PodInfo) -> ShapeView:
+        key = shape_key(pod)
+        view = self._views.get(key)
+        if view is None:
+            view = self._views[key] = ShapeView(self, pod)
+        return view
+
+    def commit(self, taken: Mapping[str, Resources]) -> None:
+        """Apply a plan: ``taken`` maps each node it uses to its free resources after."""
+        self.free.update(taken)
+        for name in taken:
+            self.versions[name] = self.versions.get(name, 0) + 1
+            for view in self._views.values():
+                view.refresh(name)

@@ -1,0 +1,307 @@
+"""Watch caches: list then watch pods, nodes, PodGroups and PriorityClasses.
+
+The cache is the scheduler's only state.  It holds core model objects (not
+client objects), applies the scheduler's *assumed* bindings on top of what the
+API server has confirmed, and records what changed since the last cycle so
+the queue can reset backoffs.
+
+Each collection is kept by a :class:`Reflector`: list (paginated), then watch
+from the list's resourceVersion with bookmarks; a watch that times out
+resumes from the last resourceVersion seen; ``410 Gone`` relists at once;
+any other error reconnects with capped exponential backoff.  A relist
+replaces the confirmed state but keeps assumptions, so bindings in flight
+are not forgotten.
+"""
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import time
+from typing import Callable, Iterable, Mapping
+
+import aiohttp
+
+from batchsched.api import constants
+from batchsched.core.model import GroupSpec, NodeInfo, PodInfo, group_from_json, node_from_json, pod_from_json
+from batchsched.core.snapshot import Snapshot
+from batchsched.shell.kube import ApiError, Kube
+
+log = logging.getLogger(__name__)
+
+PODGROUPS_PATH = f"/apis/{constants.GROUP}/{constants.VERSION}/podgroups"
+
+
+class Reflector:
+    """Keeps one collection in step with the API server, forever."""
+
+    def __init__(self, kube: Kube, path: str, kind: str,
+                 replace: Callable[[list[dict]], None], apply: Callable[[str, dict], None],
+                 on_restart: Callable[[str, str], None] | None = None):
+        self.kube, self.path, self.kind = kube, path, kind
+        self.replace, self.apply = replace, apply
+        self.on_restart = on_restart or (lambda kind, why: None)
+        self.synced = asyncio.Event()
+
+    async def list_once(self) -> tuple[list[dict], str]:
+        """Every object of the collection (paginated) and the list's resourceVersion."""
+        items: list[dict] = []
+        cont = None
+        while True:
+            page = await self.kube.request("GET", self.path, query={"limit": 1000, "continue": cont},
+                                           timeout=120)
+            items.extend(page.get("items") or ())
+            cont = (page.get("metadata") or {}).get("continue")
+            if not cont:
+                return items, page["metadata"]["resourceVersion"]
+
+    async def run(self) -> None:
+        backoff = 0.2
+        while True:
+            try:
+                items, rv = await self.list_once()
+                self.replace(items)
+                self.synced.set()
+                while True:
+                    async for event in self.kube.watch(self.path, rv, timeout_seconds=290):
+                        obj = event.get("object") or {}
+                        rv = (obj.get("metadata") or {}).get("resourceVersion") or rv
+                        if event["type"] != "BOOKMARK":
+                            self.apply(event["type"], obj)
+                    backoff = 0.2  # a watch that ended normally is healthy
+            except asyncio.CancelledError:
+                raise
+            except ApiError as exc:
+                if exc.gone:
+                    log.info("%s watch expired (410 Gone); relisting", self.kind)
+                    self.on_restart(self.kind, "gone")
+                    continue
+                log.warning("%s list/watch failed: %s; retrying in %.1fs", self.kind, exc, backoff)
+                self.on_restart(self.kind, "error")
+            except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError) as exc:
+                log.warning("%s list/watch connection failed: %r; retrying in %.1fs", self.kind, exc, backoff)
+                self.on_restart(self.kind, "error")
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, 30.0)
+
+
+class ClusterCache:
+    def __init__(self, scheduler_name: str, node_selector: Mapping[str, str] | None = None):
+        self.scheduler_name = scheduler_name
+        self.node_selector = dict(node_selector or {})
+        self.pods: dict[str, PodInfo] = {}
+        self.nodes: dict[str, NodeInfo] = {}
+        self.groups_raw: dict[str, dict] = {}
+        self.groups: dict[str, GroupSpec] = {}
+        self.invalid_groups: dict[str, str] = {}
+        self.priority_classes: dict[str, int] = {}
+        # uid -> (node, gpu ids, deadline): bound by us, not yet seen bound
+        self.assumed: dict[str, tuple[str, tuple[int, ...], float]] = {}
+        self.touched_gangs: set[str] = set()
+        self.capacity_freed = False
+        self.changed = asyncio.Event()
+        self.on_bad_object: Callable[[str, dict, str], None] = lambda kind, obj, why: None
+        self.on_watch_restart: Callable[[str, str], None] = lambda kind, why: None
+
+    # ---- wiring -------------------------------------------------------------
+
+    def reflectors(self, kube: Kube) -> list[Reflector]:
+        restart = lambda kind, why: self.on_watch_restart(kind, why)  # noqa: E731 - late bound
+        return [
+            Reflector(kube, "/apis/scheduling.k8s.io/v1/priorityclasses", "priorityclasses",
+                      self._replace_priority_classes, self._apply_priority_class, restart),
+            Reflector(kube, "/api/v1/nodes", "nodes", self._replace_nodes, self._apply_node, restart),
+            Reflector(kube, PODGROUPS_PATH, "podgroups", self._replace_groups, self._apply_group, restart),
+            Reflector(kube, "/api/v1/pods", "pods", self._replace_pods, self._apply_pod, restart),
+        ]
+
+    def _notify(self) -> None:
+        self.changed.set()
+
+    # ---- pods ---------------------------------------------------------------
+
+    def _convert_pod(self, obj: dict) -> PodInfo | None:
+        try:
+            pod = pod_from_json(obj)
+        except (ValueError, TypeError, KeyError) as exc:
+            meta = obj.get("metadata") or {}
+            log.warning("ignoring pod %s/%s: %s", meta.get("namespace"), meta.get("name"), exc)
+            self.on_bad_object("Pod", obj, str(exc))
+            return None
+        assumed = self.assumed.get(pod.uid)
+        if assumed:
+            if pod.node_name or pod.terminal:
+                del self.assumed[pod.uid]  # confirmed (or finished): stop assuming
+            else:
+                pod = dataclasses.replace(pod, node_name=assumed[0], gpu_ids=assumed[1])
+        return pod
+
+    def _replace_pods(self, items: list[dict]) -> None:
+        old = self.pods
+        self.pods = {}
+        for obj in items:
+            pod = self._convert_pod(obj)
+            if pod:
+                self.pods[pod.uid] = pod
+        for uid, pod in old.items():
+            if uid not in self.pods and pod.holds_resources:
+                self.capacity_freed = True
+        for pod in self.pods.values():
+            self.touched_gangs.add(pod.gang_key)
+        self._notify()
+
+    def _apply_pod(self, event_type: str, obj: dict) -> None:
+        uid = (obj.get("metadata") or {}).get("uid", "")
+        old = self.pods.get(uid)
+        if event_type == "DELETED":
+            self.pods.pop(uid, None)
+            self.assumed.pop(uid, None)
+            if old:
+                self.capacity_freed |= old.holds_resources
+                self.touched_gangs.add(old.gang_key)
+            self._notify()
+            return
+        pod = self._convert_pod(obj)
+        if pod is None:
+            return
+        self.pods[uid] = pod
+        if old and old.holds_resources and not pod.holds_resources:
+            self.capacity_freed = True
+        if old and (old.holds_resources and pod.terminating and not old.terminating):
+            self.capacity_freed = True  # a victim going away: worth another look soon
+        if (old is None or old.phase != pod.phase or old.node_name != pod.node_name
+                or old.gated != pod.gated or old.terminating != pod.terminating):
+            self.touched_gangs.add(pod.gang_key)
+        self._notify()
+
+    # ---- nodes --------------------------------------------------------------
+
+    def _selected(self, obj: dict) -> bool:
+        labels = (obj.get("metadata") or {}).get("labels") or {}
+        return all(labels.get(k) == v for k, v in self.node_selector.items())
+
+    def _replace_nodes(self, items: list[dict]) -> None:
+        self.nodes = {}
+        for obj in items:
+            if self._selected(obj):
+                node = node_from_json(obj)
+                self.nodes[node.name] = node
+        self.capacity_freed = True
+        self._notify()
+
+    def _apply_node(self, event_type: str, obj: dict) -> None:
+        name = (obj.get("metadata") or {}).get("name", "")
+        if event_type == "DELETED" or not self._selected(obj):
+            self.nodes.pop(name, None)
+        else:
+            node = node_from_json(obj)
+            old = self.nodes.get(name)
+            self.nodes[name] = node
+            if old != node:
+                self.capacity_freed = True
+        self._notify()
+
+    # ---- PodGroups and PriorityClasses ---------------------------------------
+
+    def _convert_group(self, key: str, obj: dict) -> None:
+        self.groups.pop(key, None)
+        self.invalid_groups.pop(key, None)
+        class_name = (obj.get("spec") or {}).get("priorityClassName")
+        try:
+            if class_name and class_name not in self.priority_classes:
+                raise ValueError(f"PriorityClass {class_name!r} not found")
+            self.groups[key] = group_from_json(obj, self.priority_classes.get(class_name, 0) if class_name
+                                               else None)
+        except (ValueError, TypeError) as exc:
+            self.invalid_groups[key] = str(exc)
+            self.on_bad_object("PodGroup", obj, str(exc))
+        self.touched_gangs.add(key)
+
+    @staticmethod
+    def _group_key(obj: dict) -> str:
+        meta = obj.get("metadata") or {}
+        return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+
+    def _replace_groups(self, items: list[dict]) -> None:
+        self.groups_raw = {self._group_key(o): o for o in items}
+        self.groups, self.invalid_groups = {}, {}
+        for key, obj in self.groups_raw.items():
+            self._convert_group(key, obj)
+        self._notify()
+
+    def _apply_group(self, event_type: str, obj: dict) -> None:
+        key = self._group_key(obj)
+        if event_type == "DELETED":
+            self.groups_raw.pop(key, None)
+            self.groups.pop(key, None)
+            self.invalid_groups.pop(key, None)
+            self.touched_gangs.add(key)
+        else:
+            old = self.groups_raw.get(key)
+            self.groups_raw[key] = obj
+            if old is None or old.get("spec") != obj.get("spec") or \
+                    old["metadata"].get("generation") != obj["metadata"].get("generation"):
+                self._convert_group(key, obj)
+        self._notify()
+
+    def _replace_priority_classes(self, items: list[dict]) -> None:
+        self.priority_classes = {o["metadata"]["name"]: int(o.get("value") or 0) for o in items}
+        self._regroup()
+
+    def _apply_priority_class(self, event_type: str, obj: dict) -> None:
+        name = obj["metadata"]["name"]
+        if event_type == "DELETED":
+            self.priority_classes.pop(name, None)
+        else:
+            self.priority_classes[name] = int(obj.get("value") or 0)
+        self._regroup()
+
+    def _regroup(self) -> None:
+        for key, obj in self.groups_raw.items():
+            self._convert_group(key, obj)
+        self._notify()
+
+    # ---- assumptions ----------------------------------------------------------
+
+    def assume(self, uid: str, node: str, gpu_ids: tuple[int, ...], timeout: float) -> None:
+        pod = self.pods.get(uid)
+        if pod is None:
+            return
+        self.assumed[uid] = (node, gpu_ids, time.monotonic() + timeout)
+        self.pods[uid] = dataclasses.replace(pod, node_name=node, gpu_ids=gpu_ids)
+
+    def forget(self, uid: str) -> None:
+        """A binding failed: the pod is unbound again (unless the API says otherwise)."""
+        if self.assumed.pop(uid, None) is None:
+            return
+        pod = self.pods.get(uid)
+        if pod is not None:
+            self.pods[uid] = dataclasses.replace(pod, node_name="", gpu_ids=())
+            self.touched_gangs.add(pod.gang_key)
+        self.capacity_freed = True
+        self._notify()
+
+    def expire_assumptions(self) -> list[str]:
+        """Forget bindings never confirmed by the watch in time; returns their uids."""
+        now = time.monotonic()
+        stale = [uid for uid, (_, _, deadline) in self.assumed.items() if deadline < now]
+        for uid in stale:
+            log.warning("binding of pod uid %s not confirmed in time; forgetting it", uid)
+            self.forget(uid)
+        return stale
+
+    # ---- the cycle's view ------------------------------------------------------
+
+    def snapshot(self, now: float) -> Snapshot:
+        # The cycle is synchronous: nothing mutates these dicts while it runs.
+        return Snapshot(nodes=self.nodes, pods=self.pods, groups=self.groups, now=now,
+                        scheduler_name=self.scheduler_name, invalid_groups=self.invalid_groups)
+
+    def drain_changes(self) -> tuple[set[str], bool]:
+        touched, freed = self.touched_gangs, self.capacity_freed
+        self.touched_gangs, self.capacity_freed = set(), False
+        return touched, freed
+
+    def members(self, gang_key: str) -> Iterable[PodInfo]:
+        namespace, _, name = gang_key.partition("/")
+        return [p for p in self.pods.values() if p.namespace == namespace and p.group == name]

@@ -1,0 +1,200 @@
+"""The scheduling loop: cache -> snapshot -> decision core -> binder and status.
+
+Only data moves here; every decision is made by batchsched.core.cycle.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from batchsched.config import SchedulerConfig
+from batchsched.core.cycle import REASON_SCHEDULE_TIMEOUT, CyclePlan, Verdict, schedule_cycle
+from batchsched.core.gangs import Gang, build_gangs
+from batchsched.core.model import parse_time
+from batchsched.core.queueing.queue import GangQueue
+from batchsched.core.status import conditions_for, count_members, phase_of
+from batchsched.shell.binder import Binder, BindRequest, BindResult
+from batchsched.shell.cache import ClusterCache
+from batchsched.shell.kube import Kube
+from batchsched.shell.status import EventRecorder, StatusWriter, group_ref, now_rfc3339, pod_ref
+
+log = logging.getLogger(__name__)
+
+IDLE_WAKEUP_SECONDS = 5.0
+
+
+class Scheduler:
+    def __init__(self, kube: Kube, config: SchedulerConfig):
+        self.kube = kube
+        self.config = config
+        self.core_config = config.core()
+        self.cache = ClusterCache(config.scheduler_name, config.node_selector)
+        self.queue = GangQueue.from_config(self.core_config)
+        self.binder = Binder(kube, config.binding.parallelism, config.binding.retries)
+        self.status = StatusWriter(kube, config.status_min_interval_seconds)
+        self.events = EventRecorder(kube, config.scheduler_name)
+        self.verdicts: dict[str, Verdict] = {}
+        self.start_times: dict[str, str] = {}  # gang key -> scheduleStartTime
+        self.ready = asyncio.Event()
+        self.bound_total = 0
+        self._tasks: set[asyncio.Task] = set()
+        self.cache.on_bad_object = self._bad_object
+
+    # ---- lifecycle --------------------------------------------------------------
+
+    async def run(self) -> None:
+        reflectors = self.cache.reflectors(self.kube)
+        background = [asyncio.create_task(r.run(), name=f"reflector-{r.kind}") for r in reflectors]
+        background.append(asyncio.create_task(self.status.run(), name="status-writer"))
+        try:
+            await asyncio.gather(*(r.synced.wait() for r in reflectors))
+            self._seed_from_cluster()
+            self.ready.set()
+            log.info("caches synced: %d nodes, %d pods, %d PodGroups; scheduling as %r",
+                     len(self.cache.nodes), len(self.cache.pods), len(self.cache.groups_raw),
+                     self.config.scheduler_name)
+            while True:
+                self.cycle()
+                await self._wait_for_work()
+        finally:
+            for task in background + list(self._tasks):
+                task.cancel()
+            await asyncio.gather(*background, *self._tasks, return_exceptions=True)
+
+    def _seed_from_cluster(self) -> None:
+        """After a restart: know what status is already written and since when
+        each gang has been waiting, so nothing is rewritten or reset."""
+        for key, obj in self.cache.groups_raw.items():
+            status = obj.get("status") or {}
+            self.status.seed(key, status)
+            if status.get("scheduleStartTime"):
+                self.start_times[key] = status["scheduleStartTime"]
+
+    async def _wait_for_work(self) -> None:
+        timeout = IDLE_WAKEUP_SECONDS
+        retry_at = self.queue.next_retry_at()
+        if retry_at is not None:
+            timeout = min(timeout, max(0.0, retry_at - time.time()))
+        if self.cache.assumed:
+            timeout = min(timeout, self.config.binding.assume_timeout_seconds)
+        try:
+            await asyncio.wait_for(self.cache.changed.wait(), timeout)
+        except asyncio.TimeoutError:
+            pass
+        self.cache.changed.clear()
+
+    # ---- one cycle --------------------------------------------------------------
+
+    def cycle(self) -> CyclePlan:
+        touched, freed = self.cache.drain_changes()
+        for key in touched:
+            self.queue.touch(key)
+            verdict = self.verdicts.get(key)
+            if verdict is not None and verdict.reason == REASON_SCHEDULE_TIMEOUT:
+                self.start_times.pop(key, None)  # a changed gang gets a fresh clock
+        if freed:
+            self.queue.capacity_freed()
+        self.cache.expire_assumptions()
+        now = time.time()
+        snapshot = self.cache.snapshot(now)
+        for key, since in self.start_times.items():
+            if key in self.queue:
+                self.queue.set_waiting_since(key, parse_time(since))
+        plan = schedule_cycle(snapshot, self.queue, self.core_config)
+        if plan.bindings:
+            requests = [BindRequest(b.pod_uid, b.namespace, b.pod_name, b.node_name, b.gang_key)
+                        for b in plan.bindings]
+            for r in requests:
+                self.cache.assume(r.uid, r.node, r.gpu_ids, self.config.binding.assume_timeout_seconds)
+            self._spawn(self._bind(requests))
+        self._report(plan, touched)
+        return plan
+
+    def _spawn(self, coro) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _bind(self, requests: list[BindRequest]) -> None:
+        results = await self.binder.bind_all(requests)
+        for result in results:
+            self._bound(result)
+
+    def _bound(self, result: BindResult) -> None:
+        req = result.request
+        if result.ok:
+            self.bound_total += 1
+            self.events.emit(pod_ref(req.namespace, req.name, req.uid), "Normal", "Scheduled",
+                             f"Successfully assigned {req.namespace}/{req.name} to {req.node}"
+                             + (f" (GPUs {','.join(map(str, req.gpu_ids))})" if req.gpu_ids else ""))
+            return
+        log.warning("binding %s/%s to %s failed: %s", req.namespace, req.name, req.node, result.error)
+        self.cache.forget(req.uid)
+        self.events.emit(pod_ref(req.namespace, req.name, req.uid), "Warning", "FailedBinding",
+                         f"Binding to {req.node} failed: {result.error}")
+
+    # ---- status and events --------------------------------------------------------
+
+    def _report(self, plan: CyclePlan, touched: set[str]) -> None:
+        changed = {k for k, v in plan.verdicts.items() if self.verdicts.get(k) != v}
+        for key in changed:
+            verdict = plan.verdicts[key]
+            self.verdicts[key] = verdict
+            log.info("gang %s: %s %s", key, verdict.reason, verdict.message)
+            obj = self.cache.groups_raw.get(key)
+            if obj is not None:
+                self.events.emit(group_ref(obj), "Normal" if verdict.scheduled else "Warning",
+                                 "Scheduled" if verdict.scheduled else "FailedScheduling", verdict.message)
+            else:
+                self._event_on_pending_pods(key, verdict)
+        if not (changed or touched):
+            return
+        gangs = build_gangs(self.cache.snapshot(time.time()))
+        for key in changed | touched:
+            obj = self.cache.groups_raw.get(key)
+            if obj is not None:
+                self._write_status(key, obj, gangs.get(key))
+
+    def _event_on_pending_pods(self, key: str, verdict: Verdict) -> None:
+        if verdict.scheduled:
+            return
+        namespace, _, name = key.partition("/")
+        for pod in self.cache.pods.values():
+            if pod.namespace == namespace and pod.gang_key == key and not pod.node_name:
+                self.events.emit(pod_ref(pod.namespace, pod.name, pod.uid), "Warning", "FailedScheduling",
+                                 verdict.message)
+
+    def _write_status(self, key: str, obj: dict, gang: Gang | None) -> None:
+        members = gang.members if gang else ()
+        counters = count_members(members)
+        min_member = (obj.get("spec") or {}).get("minMember", 1)
+        verdict = self.verdicts.get(key)
+        timed_out = verdict is not None and verdict.reason == REASON_SCHEDULE_TIMEOUT
+        phase = phase_of(counters, min_member if isinstance(min_member, int) else 1, timed_out)
+        if key in self.cache.invalid_groups:
+            reason, message = "InvalidPodGroup", self.cache.invalid_groups[key]
+        elif verdict is not None:
+            reason, message = verdict.reason, verdict.message
+        else:
+            reason, message = "", ""
+        status = {
+            "phase": phase,
+            "observedGeneration": obj["metadata"].get("generation", 0),
+            "bound": counters.bound, "running": counters.running,
+            "succeeded": counters.succeeded, "failed": counters.failed,
+            "conditions": conditions_for(phase, reason, message),
+        }
+        if phase != "Pending" or counters.bound:
+            self.start_times.setdefault(key, now_rfc3339())
+        if key in self.start_times:
+            status["scheduleStartTime"] = self.start_times[key]
+        self.status.update(key, status)
+
+    def _bad_object(self, kind: str, obj: dict, why: str) -> None:
+        if kind == "PodGroup":
+            self.events.emit(group_ref(obj), "Warning", "InvalidPodGroup", why)
+        else:
+            meta = obj.get("metadata") or {}
+            self.events.emit(pod_ref(meta.get("namespace", ""), meta.get("name", ""), meta.get("uid", "")),
+                             "Warning", "InvalidPod", why)

@@ -1,0 +1,270 @@
+"""Gang scheduling end to end: the real scheduler process against a real API server.
+
+Every object is created before the scheduler starts where ordering matters,
+and "never binds" is asserted only after the scheduler has written its
+verdict on the gang (a condition), so no test waits on a fixed sleep.
+"""
+from __future__ import annotations
+
+import os
+import random
+
+import pytest
+
+from batchsched.api import constants
+from batchsched.core import resources as res
+from tests.support.kube import wait_for
+from tests.support.objects import pod, pod_group, priority_class
+
+pytestmark = pytest.mark.e2e
+
+
+def condition(group: dict, ctype: str) -> dict:
+    for c in (group.get("status") or {}).get("conditions") or ():
+        if c["type"] == ctype:
+            return c
+    return {}
+
+
+def wait_unschedulable(env, name: str, reason: str = "Unschedulable", timeout: float = 30) -> dict:
+    """Wait for the scheduler's verdict on a gang; returns the Unschedulable condition."""
+    return wait_for(f"PodGroup {name} condition reason {reason}", lambda: (
+        c := condition(env.podgroup(name), "Scheduled")) and c.get("reason") == reason and c, timeout)
+
+
+def members_bound(env, prefix: str) -> list[str]:
+    return sorted(name for name in env.bound() if name.startswith(prefix))
+
+
+def make_gang(env, name: str, size: int, min_member: int | None = None, group_spec: dict | None = None,
+              **pod_kwargs) -> None:
+    env.create(pod_group(name, env.namespace, min_member or size, **(group_spec or {})))
+    for i in range(size):
+        env.create(pod(f"{name}-{i}", env.namespace, group=name, **pod_kwargs))
+
+
+def assert_not_overcommitted(env) -> None:
+    """Sum of requests of non-terminal pods on each node <= allocatable."""
+    nodes = {n: env.kube.get(f"/api/v1/nodes/{n}") for n in env.nodes}
+    used: dict[str, dict[str, int]] = {n: {} for n in nodes}
+    for p in env.kube.get("/api/v1/pods")["items"]:
+        node = p["spec"].get("nodeName")
+        if node in used and p["status"].get("phase") not in ("Succeeded", "Failed"):
+            from batchsched.core.model import pod_requests
+            used[node] = res.add(used[node], pod_requests(p["spec"]))
+    for name, node in nodes.items():
+        allocatable = res.parse_resource_map(node["status"]["allocatable"])
+        over = {k: v for k, v in used[name].items() if v > allocatable.get(k, 0)}
+        assert not over, f"node {name} over-committed: {over} > {allocatable}"
+
+
+# 1
+def test_gangs_fit_whole_or_not_at_all_on_one_node(env, start_scheduler):
+    env.add_node("n1", memory="300", gpus=0)
+    env.create(pod_group("p1", env.namespace, 3))
+    env.create(pod_group("p2", env.namespace, 4))
+    for i in range(4):  # interleaved creation
+        if i < 3:
+            env.create(pod(f"p1-{i}", env.namespace, group="p1", memory="50"))
+        env.create(pod(f"p2-{i}", env.namespace, group="p2", memory="100"))
+    start_scheduler()
+    wait_for("all of P1 bound", lambda: len(members_bound(env, "p1-")) == 3)
+    wait_unschedulable(env, "p2")
+    assert members_bound(env, "p2-") == []
+    assert_not_overcommitted(env)
+
+
+# 2
+def test_higher_priority_gang_goes_first(env, start_scheduler):
+    low, high = f"low-{env.id}", f"high-{env.id}"
+    env.add_cluster_object(priority_class(low, 10))
+    env.add_cluster_object(priority_class(high, 1000))
+    env.add_node("n1", memory="300", gpus=0)
+    env.create(pod_group("p1", env.namespace, 3, priorityClassName=low))
+    for i in range(3):
+        env.create(pod(f"p1-{i}", env.namespace, group="p1", memory="100", priority_class=low))
+    env.create(pod_group("p2", env.namespace, 3, priorityClassName=high))
+    for i in range(3):
+        env.create(pod(f"p2-{i}", env.namespace, group="p2", memory="50", priority_class=high))
+    start_scheduler()
+    wait_for("all of P2 bound", lambda: len(members_bound(env, "p2-")) == 3)
+    wait_unschedulable(env, "p1")
+    assert members_bound(env, "p1-") == []
+
+
+# 3
+def test_group_without_quorum_never_binds_but_plain_pods_do(env, start_scheduler):
+    env.add_node("n1", gpus=0)
+    env.create(pod_group("short", env.namespace, 3))
+    for i in range(2):
+        env.create(pod(f"short-{i}", env.namespace, group="short", cpu="1"))
+    for i in range(3):
+        env.create(pod(f"plain-{i}", env.namespace, cpu="1"))
+    start_scheduler()
+    wait_for("plain pods bound", lambda: len(members_bound(env, "plain-")) == 3)
+    c = wait_unschedulable(env, "short", reason="QuorumNotReached")
+    assert "2" in c["message"] and "3" in c["message"]
+    assert env.podgroup("short")["status"]["phase"] == "Pending"
+    assert members_bound(env, "short-") == []
+
+
+# 4
+def test_hopeless_gang_does_not_starve_a_later_small_one(env, start_scheduler):
+    for i, cpu in enumerate(("6", "2", "2", "2")):
+        env.add_node(f"n{i}", cpu=cpu, gpus=0)
+    make_gang(env, "big", 6, cpu="4")
+    env.create(pod_group("small", env.namespace, 1))
+    env.create(pod("small-0", env.namespace, group="small", cpu="1"))
+    # reservations start at once, to show a hopeless head gang gets none
+    start_scheduler(queue={"reservationAfterSeconds": 0, "initialBackoffSeconds": 0.2})
+    wait_for("the small gang bound", lambda: members_bound(env, "small-") == ["small-0"])
+    c = wait_unschedulable(env, "big")
+    assert "Insufficient cpu" in c["message"]
+    assert members_bound(env, "big-") == []
+
+
+# 5
+def test_succeeded_member_does_not_count_toward_quorum(env, start_scheduler):
+    node = env.add_node("n1", gpus=0)
+    env.create(pod_group("g", env.namespace, 3))
+    done = pod("g-0", env.namespace, group="g", cpu="1")
+    done["spec"]["nodeName"] = node  # ran earlier, placed directly
+    env.create(done)
+    wait_for("g-0 running", lambda: env.pods()["g-0"]["status"].get("phase") == "Running")
+    env.kube.merge_patch(f"/api/v1/namespaces/{env.namespace}/pods/g-0/status",
+                         {"status": {"phase": "Succeeded"}})
+    for i in (1, 2):
+        env.create(pod(f"g-{i}", env.namespace, group="g", cpu="1"))
+    start_scheduler()
+    wait_unschedulable(env, "g", reason="QuorumNotReached")
+    assert sorted(env.bound()) == ["g-0"]
+    env.create(pod("g-3", env.namespace, group="g", cpu="1"))  # now 3 active members
+    wait_for("the three active members bound",
+             lambda: members_bound(env, "g-") == ["g-0", "g-1", "g-2", "g-3"])
+
+
+# 6
+def test_phases_follow_the_members(env, start_scheduler):
+    env.add_node("n1", gpus=0)
+    make_gang(env, "ok", 2, cpu="1")
+    make_gang(env, "bad", 2, cpu="1")
+    start_scheduler()
+    for name in ("ok", "bad"):
+        wait_for(f"{name} Running", lambda n=name: env.podgroup(n).get("status", {}).get("phase") == "Running")
+    status = env.podgroup("ok")["status"]
+    assert status["bound"] == 2 and status["running"] == 2
+    assert condition(env.podgroup("ok"), "Scheduled")["status"] == "True"
+    for i in range(2):
+        env.kube.merge_patch(f"/api/v1/namespaces/{env.namespace}/pods/ok-{i}/status",
+                             {"status": {"phase": "Succeeded"}})
+    env.kube.merge_patch(f"/api/v1/namespaces/{env.namespace}/pods/bad-0/status", {"status": {"phase": "Failed"}})
+    wait_for("ok Succeeded", lambda: env.podgroup("ok")["status"].get("phase") == "Succeeded")
+    wait_for("bad Failed", lambda: env.podgroup("bad")["status"].get("phase") == "Failed")
+    assert env.podgroup("ok")["status"]["succeeded"] == 2
+    assert env.podgroup("bad")["status"]["failed"] == 1
+
+
+# 7
+def test_gpu_gang_binds_one_pod_per_node(env, start_scheduler):
+    for i in range(4):
+        env.add_node(f"gpu{i}", gpus=8)
+    make_gang(env, "train", 4, gpus=8, cpu="1")
+    start_scheduler()
+    wait_for("gang bound", lambda: len(members_bound(env, "train-")) == 4)
+    assert len(set(env.bound().values())) == 4
+    wait_for("phase Running", lambda: env.podgroup("train").get("status", {}).get("phase") == "Running")
+
+
+def test_gpu_gang_too_big_binds_nothing_and_names_the_shortage(env, start_scheduler):
+    for i in range(4):
+        env.add_node(f"gpu{i}", gpus=8)
+    make_gang(env, "train", 5, gpus=8, cpu="1")
+    start_scheduler()
+    c = wait_unschedulable(env, "train")
+    assert "Insufficient nvidia.com/gpu" in c["message"]
+    assert "0/4 nodes are available" in c["message"], c["message"]
+    assert env.bound() == {}
+    events = env.kube.get(f"/api/v1/namespaces/{env.namespace}/events")["items"]
+    assert any(e["reason"] == "FailedScheduling" and e["involvedObject"]["name"] == "train" for e in events)
+
+
+# 8
+def test_tainted_gpu_nodes_take_only_tolerating_selected_members(env, start_scheduler):
+    taint = [{"key": constants.GPU_RESOURCE, "value": "present", "effect": "NoSchedule"}]
+    gpu_nodes = {env.add_node(f"gpu{i}", gpus=8, taints=taint, labels={"accelerator": "h100"}) for i in range(2)}
+    env.add_node("cpu0", gpus=0)
+    toleration = [{"key": constants.GPU_RESOURCE, "operator": "Equal", "value": "present", "effect": "NoSchedule"}]
+    make_gang(env, "ok", 2, gpus=4, cpu="1", tolerations=toleration, node_selector={"accelerator": "h100"})
+    make_gang(env, "notol", 2, gpus=4, cpu="1", node_selector={"accelerator": "h100"})
+    start_scheduler()
+    wait_for("tolerating gang bound", lambda: len(members_bound(env, "ok-")) == 2)
+    assert {env.bound()[f"ok-{i}"] for i in range(2)} <= gpu_nodes
+    c = wait_unschedulable(env, "notol")
+    assert "untolerated taint {nvidia.com/gpu: present}" in c["message"], c["message"]
+    assert "didn't match Pod's node affinity/selector" in c["message"], c["message"]
+    assert members_bound(env, "notol-") == []
+
+
+# 9
+def test_killed_scheduler_restarts_and_every_gang_ends_whole(env, start_scheduler):
+    for i in range(4):
+        env.add_node(f"gpu{i}", gpus=8, cpu="64")
+    rng = random.Random(int(env.id, 16))
+    sizes = [rng.choice((1, 2, 3, 4)) for _ in range(12)]
+    first = start_scheduler()
+    for g, size in enumerate(sizes):
+        make_gang(env, f"g{g}", size, gpus=2, cpu="1")
+        if g == 5:
+            wait_for("some gangs bound", lambda: len(env.bound()) >= 4)
+            first.kill()
+            start_scheduler()
+    total = sum(sizes)
+    expected = min(total, 16)  # 4 nodes x 8 GPUs / 2 per pod
+    wait_for("the cluster filled by whole gangs", lambda: len(env.bound()) >= expected - 3, timeout=60)
+    bound = env.bound()
+    for g, size in enumerate(sizes):
+        got = len([n for n in bound if n.startswith(f"g{g}-")])
+        assert got in (0, size), f"gang g{g} bound {got}/{size}"
+    assert_not_overcommitted(env)
+
+
+# 10
+@pytest.mark.skipif(bool(os.environ.get("KUBECONFIG")) and not os.environ.get("BATCHSCHED_E2E_KUBE_SCHEDULER"),
+                    reason="needs the harness's kube-scheduler")
+def test_pods_of_kube_scheduler_are_accounted_for(env, start_scheduler):
+    nodes = [env.add_node(f"gpu{i}", gpus=8) for i in range(2)]
+    for i, node in enumerate(nodes):
+        env.create(pod(f"other-{i}", env.namespace, gpus=6, cpu="1", scheduler="default-scheduler",
+                       node_selector={"kubernetes.io/hostname": node}))
+    wait_for("kube-scheduler placed its pods", lambda: len(members_bound(env, "other-")) == 2)
+    make_gang(env, "wide", 2, gpus=4, cpu="1")
+    make_gang(env, "narrow", 2, gpus=2, cpu="1")
+    start_scheduler()
+    wait_for("narrow gang bound", lambda: len(members_bound(env, "narrow-")) == 2)
+    c = wait_unschedulable(env, "wide")
+    assert "Insufficient nvidia.com/gpu" in c["message"]
+    assert members_bound(env, "wide-") == []
+    assert_not_overcommitted(env)
+
+
+def test_pod_naming_a_missing_group_gets_a_reason_and_others_go_on(env, start_scheduler):
+    env.add_node("n1", gpus=0)
+    env.create(pod("orphan", env.namespace, group="nope", cpu="1"))
+    env.create(pod("plain", env.namespace, cpu="1"))
+    start_scheduler()
+    wait_for("plain bound", lambda: "plain" in env.bound())
+    wait_for("FailedScheduling event naming the missing group", lambda: any(
+        e["reason"] == "FailedScheduling" and "nope" in e["message"]
+        for e in env.kube.get(f"/api/v1/namespaces/{env.namespace}/events")["items"]
+        if e["involvedObject"]["name"] == "orphan"))
+    assert "orphan" not in env.bound()
+
+
+def test_schedule_timeout_marks_the_gang_failed_and_stops_trying(env, start_scheduler):
+    env.add_node("n1", gpus=8)
+    make_gang(env, "late", 2, group_spec={"scheduleTimeoutSeconds": 2}, gpus=8)
+    start_scheduler()
+    wait_for("timeout verdict", lambda: condition(env.podgroup("late"), "Scheduled").get("reason")
+             == "ScheduleTimeout", timeout=30)
+    assert env.podgroup("late")["status"]["phase"] == "Failed"
+    assert env.bound() == {}

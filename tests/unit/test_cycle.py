@@ -1,0 +1,243 @@
+from dataclasses import replace
+
+from batchsched.core.config import CoreConfig
+from batchsched.core.cycle import CyclePlan, schedule_cycle
+from batchsched.core.queueing.queue import GangQueue, Reservation
+from batchsched.core.snapshot import Snapshot
+from tests.unit.helpers import T0, gang_pods, group, node, pod, snapshot
+
+CONFIG = CoreConfig(initial_backoff=1, max_backoff=4, reservation_after_seconds=60)
+TOLERATE_GPU = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+
+
+def new_queue() -> GangQueue:
+    return GangQueue.from_config(CONFIG)
+
+
+def bind(snap: Snapshot, plan: CyclePlan) -> Snapshot:
+    """What the shell does with a plan: the pods become bound in its cache."""
+    pods = dict(snap.pods)
+    for b in plan.bindings:
+        pods[b.pod_uid] = replace(pods[b.pod_uid], node_name=b.node_name)
+    return replace(snap, pods=pods)
+
+
+def later(snap: Snapshot, seconds: float, *changed_pods) -> Snapshot:
+    pods = dict(snap.pods)
+    pods.update({p.uid: p for p in changed_pods})
+    return replace(snap, now=snap.now + seconds, pods=pods)
+
+
+def bound_names(plan: CyclePlan) -> dict[str, str]:
+    return {b.pod_name: b.node_name for b in plan.bindings}
+
+
+def test_the_gang_that_fits_binds_whole_and_the_other_not_at_all():
+    for p2_created in (5, -5):  # whichever is tried first
+        snap = snapshot([node("n", memory="300")],
+                        gang_pods("p1", 3, memory=50, created=0) + gang_pods("p2", 4, memory=100, created=p2_created),
+                        [group("p1", min_member=3, created=0), group("p2", min_member=4, created=p2_created)])
+        plan = schedule_cycle(snap, new_queue(), CONFIG)
+        assert sorted(bound_names(plan)) == ["p1-0", "p1-1", "p1-2"]
+        assert plan.verdicts["default/p1"].scheduled
+        p2 = plan.verdicts["default/p2"]
+        assert (p2.scheduled, p2.reason) == (False, "Unschedulable")
+        assert "Insufficient memory" in p2.message and "needs 4 pods placed at once" in p2.message
+
+
+def test_the_higher_priority_gang_goes_first():
+    snap = snapshot([node("n", memory="300")],
+                    gang_pods("p1", 3, memory=100, priority=1) + gang_pods("p2", 3, memory=50, priority=100),
+                    [group("p1", min_member=3, created=0), group("p2", min_member=3, created=10)])
+    plan = schedule_cycle(snap, new_queue(), CONFIG)
+    assert sorted(bound_names(plan)) == ["p2-0", "p2-1", "p2-2"]
+    assert plan.verdicts["default/p1"].reason == "Unschedulable"
+
+
+def test_a_group_without_quorum_never_binds_while_plain_pods_do():
+    queue = new_queue()
+    snap = snapshot([node("n", cpu="64")], gang_pods("q", 3, cpu=1) + [pod("plain", cpu=1)],
+                    [group("q", min_member=4)])
+    plan = schedule_cycle(snap, queue, CONFIG)
+    assert bound_names(plan) == {"plain": "n"}
+    verdict = plan.verdicts["default/q"]
+    assert (verdict.reason, verdict.message) == ("QuorumNotReached", "3/4 members exist")
+    for step in range(1, 5):
+        snap = later(bind(snap, plan), 10, pod(f"plain-{step}", cpu=1, created=10 * step))
+        plan = schedule_cycle(snap, queue, CONFIG)
+        assert bound_names(plan) == {f"plain-{step}": "n"}
+        assert plan.verdicts["default/q"].reason == "QuorumNotReached"
+
+
+def test_gated_members_do_not_count_toward_quorum():
+    snap = snapshot([node("n")], gang_pods("q", 1) + [pod("q-gated", group="q", gated=True)],
+                    [group("q", min_member=2)])
+    plan = schedule_cycle(snap, new_queue(), CONFIG)
+    assert plan.verdicts["default/q"].message == "1/2 members exist (1 more held by scheduling gates)"
+
+
+def test_a_hopeless_gang_starves_no_one_even_after_the_reservation_delay():
+    queue = new_queue()
+    nodes = [node("a", cpu="6"), node("b", cpu="2"), node("c", cpu="2"), node("d", cpu="2")]
+    snap = snapshot(nodes, gang_pods("hopeless", 6, cpu=4, created=0), [group("hopeless", min_member=6)])
+    plan = schedule_cycle(snap, queue, CONFIG)
+    assert plan.bindings == [] and plan.verdicts["default/hopeless"].reason == "Unschedulable"
+    for t in (30, 100, 200):
+        snap = later(bind(snap, plan), t - (snap.now - T0), pod(f"solo-{t}", cpu=2, created=t))
+        plan = schedule_cycle(snap, queue, CONFIG)
+        assert set(bound_names(plan)) == {f"solo-{t}"}
+        assert queue.reservation is None
+
+
+def test_whole_gpu_nodes_for_a_gang_that_fits_and_none_for_one_that_does_not():
+    nodes = [node(f"gpu-{i}", cpu="64", gpu=8) for i in range(4)]
+    fits = schedule_cycle(snapshot(nodes, gang_pods("four", 4, gpu=8), [group("four", min_member=4)]),
+                          new_queue(), CONFIG)
+    assert sorted(bound_names(fits).values()) == ["gpu-0", "gpu-1", "gpu-2", "gpu-3"]
+
+    too_big = schedule_cycle(snapshot(nodes, gang_pods("five", 5, gpu=8), [group("five", min_member=5)]),
+                             new_queue(), CONFIG)
+    assert too_big.bindings == []
+    assert "Insufficient nvidia.com/gpu" in too_big.verdicts["default/five"].message
+
+
+def test_tainted_gpu_nodes_take_the_tolerating_selected_gang_only():
+    gpu_nodes = [node(f"gpu-{i}", gpu=8, labels={"pool": "gpu"},
+                      taints=[("nvidia.com/gpu", "present", "NoSchedule")]) for i in range(2)]
+    pods = (gang_pods("train", 2, gpu=8, tolerations=[TOLERATE_GPU], node_selector={"pool": "gpu"})
+            + gang_pods("web", 2, cpu=1))
+    snap = snapshot(gpu_nodes + [node("cpu-0")], pods, [group("train", min_member=2), group("web", min_member=2)])
+    plan = schedule_cycle(snap, new_queue(), CONFIG)
+    assert bound_names(plan) == {"train-0": "gpu-0", "train-1": "gpu-1", "web-0": "cpu-0", "web-1": "cpu-0"}
+
+
+def test_a_succeeded_member_does_not_count_toward_quorum():
+    queue = new_queue()
+    done = pod("g-0", group="g", node_name="n", phase="Succeeded")
+    snap = snapshot([node("n")], [done, pod("g-1", group="g")], [group("g", min_member=2)])
+    plan = schedule_cycle(snap, queue, CONFIG)
+    assert plan.bindings == [] and plan.verdicts["default/g"].message == "1/2 members exist"
+    plan = schedule_cycle(later(snap, 1, pod("g-2", group="g")), queue, CONFIG)
+    assert sorted(bound_names(plan)) == ["g-1", "g-2"]
+
+
+def test_pods_of_other_schedulers_consume_capacity():
+    theirs = pod("theirs", cpu=6, scheduler="default-scheduler", node_name="n", phase="Running")
+    snap = snapshot([node("n", cpu="8")], [theirs] + gang_pods("g", 2, cpu=2), [group("g", min_member=2)])
+    plan = schedule_cycle(snap, new_queue(), CONFIG)
+    assert plan.bindings == []
+    assert plan.verdicts["default/g"].message.startswith("0/1 nodes are available: 1 Insufficient cpu.")
+
+
+def test_gangs_in_one_cycle_never_share_capacity():
+    snap = snapshot([node("n", cpu="8")], gang_pods("a", 2, cpu=4) + gang_pods("b", 2, cpu=4),
+                    [group("a", min_member=2, created=0), group("b", min_member=2, created=1)])
+    plan = schedule_cycle(snap, new_queue(), CONFIG)
+    assert sorted(bound_names(plan)) == ["a-0", "a-1"]
+    assert plan.verdicts["default/b"].reason == "Unschedulable"
+
+
+def test_failed_gangs_back_off_and_freed_capacity_ends_the_backoff():
+    queue = new_queue()
+    blocker = pod("blocker", cpu=8, node_name="n", phase="Running", scheduler="other")
+    snap = snapshot([node("n", cpu="8")], [blocker] + gang_pods("g", 2, cpu=4), [group("g", min_member=2)])
+    assert "default/g" in schedule_cycle(snap, queue, CONFIG).verdicts
+    assert "default/g" not in schedule_cycle(later(snap, 0.5), queue, CONFIG).verdicts  # backing off
+    freed = later(snap, 0.6, replace(blocker, phase="Succeeded"))
+    queue.capacity_freed()
+    assert sorted(bound_names(schedule_cycle(freed, queue, CONFIG))) == ["g-0", "g-1"]
+
+
+def test_missing_and_invalid_groups_get_their_verdicts():
+    snap = snapshot([node("n")], [pod("a", group="missing"), pod("b", group="bad")],
+                    invalid_groups={"default/bad": "spec.minMember must be an integer >= 1, got 0"})
+    plan = schedule_cycle(snap, new_queue(), CONFIG)
+    assert plan.bindings == []
+    assert plan.verdicts["default/missing"].reason == "PodGroupNotFound"
+    assert plan.verdicts["default/missing"].message == "PodGroup default/missing not found"
+    assert plan.verdicts["default/bad"].reason == "InvalidPodGroup"
+
+
+def test_schedule_timeout_stops_attempts_until_touched():
+    queue = new_queue()
+    blocker = pod("blocker", cpu=8, node_name="n", phase="Running", scheduler="other")
+    snap = snapshot([node("n", cpu="8")], [blocker] + gang_pods("g", 2, cpu=4), [group("g", min_member=2, timeout=30)])
+    assert schedule_cycle(snap, queue, CONFIG).verdicts["default/g"].reason == "Unschedulable"
+    snap = later(snap, 31, replace(blocker, phase="Succeeded"))
+    queue.capacity_freed()
+    plan = schedule_cycle(snap, queue, CONFIG)
+    assert plan.bindings == [] and plan.verdicts["default/g"].reason == "ScheduleTimeout"
+    queue.touch("default/g")
+    plan = schedule_cycle(later(snap, 1), queue, CONFIG)
+    assert sorted(bound_names(plan)) == ["g-0", "g-1"]
+
+
+def test_min_resources_beyond_the_cluster_are_rejected_without_planning():
+    nodes = [node(f"gpu-{i}", gpu=8) for i in range(4)]
+    snap = snapshot(nodes, gang_pods("g", 2, gpu=1), [group("g", min_member=2, min_resources={"nvidia.com/gpu": 40})])
+    verdict = schedule_cycle(snap, new_queue(), CONFIG).verdicts["default/g"]
+    assert verdict.reason == "Unschedulable"
+    assert verdict.message == ("Gang default/g minResources exceed the allocatable of all nodes together: "
+                               "nvidia.com/gpu 40 > 32.")
+
+
+def test_max_gangs_per_cycle_defers_the_rest():
+    queue = new_queue()
+    snap = snapshot([node("n")], [pod(f"p{i}", cpu=1, created=i) for i in range(3)])
+    config = replace(CONFIG, max_gangs_per_cycle=2)
+    plan = schedule_cycle(snap, queue, config)
+    assert sorted(bound_names(plan)) == ["p0", "p1"]
+    assert sorted(bound_names(schedule_cycle(bind(snap, plan), queue, config))) == ["p2"]
+
+
+def test_extra_members_beyond_quorum_are_placed_when_they_fit():
+    pods = [pod("g-0", group="g", cpu=4, node_name="n", phase="Running"), pod("g-1", group="g", cpu=4),
+            pod("g-2", group="g", cpu=4)]
+    plan = schedule_cycle(snapshot([node("n", cpu="8")], pods, [group("g", min_member=1)]), new_queue(), CONFIG)
+    assert bound_names(plan) == {"g-1": "n"}
+    verdict = plan.verdicts["default/g"]
+    assert verdict.scheduled and "1 more do not fit" in verdict.message
+
+
+def test_a_long_waiting_gang_reserves_nodes_so_small_gangs_cannot_starve_it():
+    queue = new_queue()
+    nodes = [node("gpu-0", gpu=8), node("gpu-1", gpu=8), node("gpu-2", gpu=8)]
+    running = [pod("r0", gpu=8, node_name="gpu-0", phase="Running", created=-100),
+               pod("r1", gpu=4, node_name="gpu-1", phase="Running", created=-100),
+               pod("r2", gpu=4, node_name="gpu-2", phase="Running", created=-100)]
+    snap = snapshot(nodes, running + gang_pods("big", 2, gpu=8), [group("big", min_member=2)])
+    assert schedule_cycle(snap, queue, CONFIG).bindings == []
+
+    # before the reservation delay, a small gang slips into free capacity
+    snap = later(snap, 10, pod("small-a", gpu=2, created=10))
+    plan = schedule_cycle(snap, queue, CONFIG)
+    assert bound_names(plan) == {"small-a": "gpu-1"}
+    snap = bind(snap, plan)
+
+    # after it, big reserves the two nodes that are freest now (gpu-0 is
+    # busier) and small gangs must stay off them
+    snap = later(snap, 60, pod("small-b", gpu=2, created=70))
+    plan = schedule_cycle(snap, queue, CONFIG)
+    assert queue.reservation == Reservation("default/big", frozenset({"gpu-1", "gpu-2"}))
+    assert plan.bindings == []
+    assert plan.verdicts["default/pod:small-b"].message.startswith(
+        "0/3 nodes are available: 2 node(s) were reserved for a waiting gang, 1 Insufficient nvidia.com/gpu.")
+
+    # the pods on the reserved nodes finish, and big binds there
+    finished = [replace(snap.pods[f"uid-default-{n}"], phase="Succeeded") for n in ("r1", "r2", "small-a")]
+    snap = later(snap, 30, *finished)
+    queue.capacity_freed()
+    plan = schedule_cycle(snap, queue, CONFIG)
+    assert sorted(bound_names(plan).values()) == ["gpu-1", "gpu-2"]
+    assert {b.gang_key for b in plan.bindings} == {"default/big"}
+    assert queue.reservation is None
+
+
+def test_no_reservation_against_higher_priority_pods():
+    queue = new_queue()
+    urgent = [pod(f"urgent-{i}", gpu=8, node_name=f"gpu-{i}", phase="Running", priority=100) for i in range(2)]
+    snap = snapshot([node("gpu-0", gpu=8), node("gpu-1", gpu=8)], urgent + gang_pods("big", 2, gpu=8),
+                    [group("big", min_member=2)])
+    schedule_cycle(snap, queue, CONFIG)
+    schedule_cycle(later(snap, 61), queue, CONFIG)
+    assert queue.reservation is None  # it cannot expect higher-priority pods to make room

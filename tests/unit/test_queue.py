@@ -1,0 +1,143 @@
+from batchsched.core.config import CoreConfig
+from batchsched.core.queueing.queue import GangQueue, Reservation
+
+
+def make_queue(**kwargs) -> GangQueue:
+    return GangQueue(**{"initial_backoff": 1.0, "max_backoff": 8.0, "reservation_after_seconds": 60.0, **kwargs})
+
+
+def test_order_is_priority_then_creation_then_key():
+    q = make_queue()
+    q.upsert("ns/old-low", priority=0, created=1, now=0)
+    q.upsert("ns/b-high", priority=10, created=5, now=0)
+    q.upsert("ns/a-high", priority=10, created=5, now=0)
+    q.upsert("ns/new-low", priority=0, created=2, now=0)
+    assert list(q.ordered()) == ["ns/a-high", "ns/b-high", "ns/old-low", "ns/new-low"]
+
+
+def test_a_partially_bound_gang_comes_before_every_other():
+    q = make_queue()
+    q.upsert("ns/high", priority=100, created=1, now=0)
+    q.upsert("ns/half-bound", priority=0, created=9, now=0, partial=True)
+    assert list(q.ordered()) == ["ns/half-bound", "ns/high"]
+    q.upsert("ns/half-bound", priority=0, created=9, now=0, partial=False)
+    assert list(q.ordered()) == ["ns/high", "ns/half-bound"]
+
+
+def test_priority_change_reorders():
+    q = make_queue()
+    q.upsert("a", 0, 1, 0)
+    q.upsert("b", 0, 2, 0)
+    q.upsert("b", 5, 2, 0)
+    assert list(q.ordered()) == ["b", "a"]
+
+
+def test_backoff_doubles_up_to_the_maximum():
+    q = make_queue()
+    q.upsert("g", 0, 0, now=0)
+    assert [q.record_failure("g", now=100) for _ in range(6)] == [1, 2, 4, 8, 8, 8]
+    assert not q.ready("g", 107.9)
+    assert q.ready("g", 108)
+    assert q.next_retry_at() == 108
+
+
+def test_success_touch_and_freed_capacity_reset_the_backoff():
+    q = make_queue()
+    for reset in (lambda: q.record_success("g"), lambda: q.touch("g"), q.capacity_freed):
+        q.upsert("g", 0, 0, now=0)
+        q.record_failure("g", now=0)
+        q.record_failure("g", now=0)
+        assert not q.ready("g", 1)
+        reset()
+        assert q.ready("g", 1)
+        assert q.record_failure("g", now=1) == 1  # starts over from the initial backoff
+        q.remove("g")
+
+
+def test_a_changed_signature_counts_as_a_touch():
+    q = make_queue()
+    q.upsert("g", 0, 0, now=0, signature=("gen1",))
+    q.record_failure("g", now=0)
+    q.upsert("g", 0, 0, now=0.5, signature=("gen1",))
+    assert not q.ready("g", 0.5)
+    q.upsert("g", 0, 0, now=0.5, signature=("gen2",))
+    assert q.ready("g", 0.5)
+
+
+def test_timed_out_gangs_wait_for_a_touch_which_restarts_their_clock():
+    q = make_queue()
+    q.upsert("g", 0, 0, now=10)
+    assert q.waited("g", 40) == 30
+    q.time_out("g")
+    assert q.timed_out("g") and not q.ready("g", 1000)
+    q.capacity_freed()
+    assert q.timed_out("g")  # capacity alone does not revive it
+    q.touch("g")
+    assert q.ready("g", 1000)
+    q.upsert("g", 0, 0, now=1000)
+    assert q.waited("g", 1005) == 5
+
+
+def test_waiting_since_can_come_from_the_shell():
+    q = make_queue()
+    q.set_waiting_since("g", 3)
+    q.upsert("g", 0, 0, now=50)
+    assert q.waited("g", 50) == 47
+    q.set_waiting_since("g", 1)
+    assert q.waited("g", 50) == 49
+
+
+def test_reservation_candidates_are_long_waiting_gangs_in_order():
+    q = make_queue(reservation_after_seconds=60)
+    q.upsert("low", 0, 0, now=0)
+    q.upsert("high", 5, 0, now=30)
+    q.upsert("new", 9, 0, now=80)
+    assert list(q.reservation_candidates(now=70)) == ["low"]
+    assert list(q.reservation_candidates(now=100)) == ["high", "low"]
+    q.mark_hopeless("high")
+    assert list(q.reservation_candidates(now=100)) == ["low"]
+    q.capacity_freed()
+    assert list(q.reservation_candidates(now=100)) == ["high", "low"]
+
+
+def test_a_reservation_binds_only_gangs_ordered_after_its_holder():
+    q = make_queue()
+    q.upsert("first", 9, 0, now=0)
+    q.upsert("holder", 5, 0, now=0)
+    q.upsert("later", 5, 1, now=0)
+    q.reserve("holder", {"n1", "n2"})
+    assert q.reservation == Reservation("holder", frozenset({"n1", "n2"}))
+    assert q.reserved_against("first") == frozenset()
+    assert q.reserved_against("holder") == frozenset()
+    assert q.reserved_against("later") == {"n1", "n2"}
+    assert q.reserved_against("unknown") == {"n1", "n2"}
+
+
+def test_the_reservation_ends_when_its_holder_succeeds_leaves_or_gives_up():
+    q = make_queue()
+    for end in (lambda: q.record_success("h"), lambda: q.remove("h"),
+                lambda: q.time_out("h"), lambda: q.mark_hopeless("h")):
+        q.upsert("h", 0, 0, now=0)
+        q.reserve("h", {"n"})
+        end()
+        assert q.reservation is None
+        q.remove("h")
+
+
+def test_sync_drops_gangs_that_left():
+    class G:
+        def __init__(self, key):
+            self.key, self.priority, self.created, self.signature = key, 0, 0.0, None
+            self.bound_active, self.need = (), 1
+
+    q = make_queue()
+    q.sync([G("a"), G("b")], now=0)
+    q.reserve("b", {"n"})
+    q.sync([G("a")], now=1)
+    assert list(q.ordered()) == ["a"] and "b" not in q and len(q) == 1
+    assert q.reservation is None
+
+
+def test_from_config():
+    q = GangQueue.from_config(CoreConfig(initial_backoff=2, max_backoff=30, reservation_after_seconds=5))
+    assert (q.initial_backoff, q.max_backoff, q.reservation_after_seconds) == (2, 30, 5)
