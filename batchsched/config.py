@@ -2,12 +2,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from batchsched.api import constants
 from batchsched.core.config import CoreConfig
+from batchsched.core.preemption.policy import PreemptionPolicy
 
 
 class _Strict(BaseModel):
@@ -27,13 +29,94 @@ class BindingConfig(_Strict):
     assume_timeout_seconds: float = Field(30.0, alias="assumeTimeoutSeconds", gt=0)
 
 
+class VictimSelector(_Strict):
+    namespaces: list[str] = Field(default_factory=list)
+    match_labels: dict[str, str] = Field(default_factory=dict, alias="matchLabels")
+    priority_class_names: list[str] = Field(default_factory=list, alias="priorityClassNames")
+    min_runtime_seconds: float = Field(0.0, alias="minRuntimeSeconds", ge=0)
+    gangs: Literal["whole", "never"] = "whole"
+
+
+class PreemptorSelector(_Strict):
+    min_priority: int | None = Field(None, alias="minPriority")
+    priority_class_names: list[str] = Field(default_factory=list, alias="priorityClassNames")
+
+
+class PreemptionConfig(_Strict):
+    enabled: bool = False
+    victims: VictimSelector = Field(default_factory=VictimSelector)
+    preemptors: PreemptorSelector = Field(default_factory=PreemptorSelector)
+    max_victims_per_cycle: int = Field(64, alias="maxVictimsPerCycle", ge=1)
+    node_cooldown_seconds: float = Field(30.0, alias="nodeCooldownSeconds", ge=0)
+    nomination_timeout_seconds: float = Field(120.0, alias="nominationTimeoutSeconds", gt=0)
+    refusal_backoff_seconds: float = Field(60.0, alias="refusalBackoffSeconds", gt=0)
+    # Evict (PodDisruptionBudgets hold) or Delete (they do not: only when explicitly chosen).
+    mode: Literal["Evict", "Delete"] = "Evict"
+
+    def policy(self) -> PreemptionPolicy:
+        return PreemptionPolicy(
+            enabled=self.enabled,
+            victim_namespaces=frozenset(self.victims.namespaces),
+            victim_labels=tuple(sorted(self.victims.match_labels.items())),
+            victim_priority_classes=frozenset(self.victims.priority_class_names),
+            min_runtime_seconds=self.victims.min_runtime_seconds,
+            gang_victims=self.victims.gangs,
+            preemptor_min_priority=self.preemptors.min_priority,
+            preemptor_priority_classes=frozenset(self.preemptors.priority_class_names),
+            max_victims_per_cycle=self.max_victims_per_cycle,
+            node_cooldown_seconds=self.node_cooldown_seconds,
+            nomination_timeout_seconds=self.nomination_timeout_seconds,
+        )
+
+
+class LeaderElectionConfig(_Strict):
+    """Replicas share a coordination.k8s.io Lease; only its holder acts (docs/operations.md)."""
+
+    enabled: bool = True
+    lease_name: str = Field("batchsched", alias="leaseName", min_length=1)
+    # "": the namespace batchsched runs in ($POD_NAMESPACE, else the service account's), else "default"
+    lease_namespace: str = Field("", alias="leaseNamespace")
+    lease_duration_seconds: float = Field(10.0, alias="leaseDurationSeconds", gt=0)
+    renew_deadline_seconds: float = Field(7.0, alias="renewDeadlineSeconds", gt=0)
+    retry_period_seconds: float = Field(2.0, alias="retryPeriodSeconds", gt=0)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> "LeaderElectionConfig":
+        # The holder must give up (renew deadline) before anyone may take over
+        # (lease duration), and must get several renewal tries in before that.
+        if not self.retry_period_seconds < self.renew_deadline_seconds < self.lease_duration_seconds:
+            raise ValueError("need retryPeriodSeconds < renewDeadlineSeconds < leaseDurationSeconds")
+        return self
+
+
+def parse_bind_address(text: str) -> tuple[str, int] | None:
+    """"host:port", ":port" (every interface) or "[v6]:port"; "" or "0" means off (None)."""
+    if text in ("", "0"):
+        return None
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or int(port) > 65535:
+        raise ValueError(f"bind address {text!r} is not host:port, :port, \"\" or \"0\"")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
 class SchedulerConfig(_Strict):
     scheduler_name: str = Field(constants.DEFAULT_SCHEDULER_NAME, alias="schedulerName", min_length=1)
     node_selector: dict[str, str] = Field(default_factory=dict, alias="nodeSelector")
     queue: QueueConfig = Field(default_factory=QueueConfig)
     binding: BindingConfig = Field(default_factory=BindingConfig)
+    preemption: PreemptionConfig = Field(default_factory=PreemptionConfig)
     status_min_interval_seconds: float = Field(1.0, alias="statusMinIntervalSeconds", ge=0)
     log_level: str = Field("INFO", alias="logLevel", pattern="^(DEBUG|INFO|WARNING|ERROR)$")
+    log_format: Literal["text", "json"] = Field("text", alias="logFormat")
+    leader_election: LeaderElectionConfig = Field(default_factory=LeaderElectionConfig, alias="leaderElection")
+    metrics_bind_address: str = Field(":8080", alias="metricsBindAddress")
+    node_pool_label: str = Field("node.kubernetes.io/instance-type", alias="nodePoolLabel", min_length=1)
+
+    @field_validator("metrics_bind_address")
+    @classmethod
+    def _bind_address(cls, value: str) -> str:
+        parse_bind_address(value)
+        return value
 
     def core(self) -> CoreConfig:
         return CoreConfig(

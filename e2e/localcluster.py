@@ -192,7 +192,8 @@ def component_builds() -> dict[str, GoBuild]:
         "kubernetes": GoBuild(
             "k8s.io/kubernetes", kver,
             {"kube-apiserver": "k8s.io/kubernetes/cmd/kube-apiserver",
-             "kube-scheduler": "k8s.io/kubernetes/cmd/kube-scheduler"},
+             "kube-scheduler": "k8s.io/kubernetes/cmd/kube-scheduler",
+             "kubectl": "k8s.io/kubernetes/cmd/kubectl"},
             ldflags=f"-s -w {stamp}",
         ),
         "etcd": GoBuild("go.etcd.io/etcd/server/v3", v["ETCD_VERSION"],

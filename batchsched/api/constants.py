@@ -15,4 +15,7 @@ GPU_IDS_ANNOTATION = f"{GROUP}/gpu-ids"
 # A node's GPU interconnect, written by `batchsched topo parse --format annotation`.
 GPU_TOPOLOGY_ANNOTATION = f"{GROUP}/gpu-topology"
 
+# "false" on a pod or PodGroup: never a preemption victim.
+PREEMPTIBLE_ANNOTATION = f"{GROUP}/preemptible"
+
 GPU_RESOURCE = "nvidia.com/gpu"

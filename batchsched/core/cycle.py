@@ -12,7 +12,7 @@ or beyond ``max_gangs_per_cycle``, gets none and keeps its previous one.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Mapping
+from typing import Callable, Collection, Mapping
 
 from batchsched.api.constants import GPU_RESOURCE
 from batchsched.core import resources as res
@@ -22,6 +22,8 @@ from batchsched.core.model import PodInfo
 from batchsched.core.placement.capacity import CapacityIndex
 from batchsched.core.placement.fit import NodeFilter
 from batchsched.core.placement.gang import GangPlan, PlanFailure, plan_gang
+from batchsched.core.preemption.plan import NominationHolds, NoPreemption, plan_preemption
+from batchsched.core.preemption.policy import PreemptionPolicy, PreemptionState
 from batchsched.core.queueing.queue import GangQueue
 from batchsched.core.resources import Resources
 from batchsched.core.snapshot import Snapshot
@@ -50,12 +52,28 @@ class Verdict:
 
 
 @dataclass(frozen=True)
+class Eviction:
+    pod: PodInfo
+    preemptor: str  # gang key
+
+
+@dataclass(frozen=True)
+class Nomination:
+    pod: PodInfo
+    node_name: str
+
+
+@dataclass(frozen=True)
 class CyclePlan:
     bindings: list[Binding] = field(default_factory=list)
     verdicts: dict[str, Verdict] = field(default_factory=dict)
+    evictions: list[Eviction] = field(default_factory=list)
+    nominations: list[Nomination] = field(default_factory=list)
 
 
-def schedule_cycle(snapshot: Snapshot, queue: GangQueue, config: CoreConfig = CoreConfig()) -> CyclePlan:
+def schedule_cycle(snapshot: Snapshot, queue: GangQueue, config: CoreConfig = CoreConfig(),
+                   preemption: PreemptionPolicy = PreemptionPolicy(enabled=False),
+                   preemption_state: PreemptionState = PreemptionState()) -> CyclePlan:
     now = snapshot.now
     gangs = build_gangs(snapshot)
     plan = CyclePlan()
@@ -83,7 +101,13 @@ def schedule_cycle(snapshot: Snapshot, queue: GangQueue, config: CoreConfig = Co
     free = snapshot.free_by_node()
     _refresh_reservation(snapshot, gangs, queue, node_filter, free)
     cluster_total = _total_allocatable(snapshot)
+    # Room nominated to preemptors waiting for their victims is theirs alone.
+    holds = NominationHolds.from_snapshot(snapshot)
+    withheld = holds.withheld()
+    for node, amount in withheld.items():
+        free[node] = res.subtract(free[node], amount)
     capacity = CapacityIndex(snapshot.nodes, free, node_filter)
+    evicting: set[str] = set()  # victims chosen earlier in this cycle
     attempts = 0
     for key in queue.ordered():
         if attempts >= config.max_gangs_per_cycle:
@@ -98,10 +122,19 @@ def schedule_cycle(snapshot: Snapshot, queue: GangQueue, config: CoreConfig = Co
             plan.verdicts[key] = Verdict(False, REASON_UNSCHEDULABLE, (
                 f"Gang {key} minResources exceed the allocatable of all nodes together: {too_big}."))
             continue
+        own_holds = _released_for(withheld, holds.withheld(key)) if key in holds.claims else {}
+        _give(capacity, own_holds, res.add)
         result = plan_gang(gang.pending, gang.need, capacity, reserved=queue.reserved_against(key))
         if isinstance(result, PlanFailure):
             queue.record_failure(key, now)
-            plan.verdicts[key] = Verdict(False, REASON_UNSCHEDULABLE, result.message)
+            message = result.message
+            nominated_before = len(plan.nominations)
+            if gang.need and preemption.enabled:
+                message += " " + _preempt(snapshot, gangs, gang, preemption, preemption_state, capacity,
+                                          holds.going_for(key), queue.reserved_against(key), evicting, plan)
+            if len(plan.nominations) == nominated_before:
+                _give(capacity, own_holds, res.subtract)  # its claims stand; new ones would replace them
+            plan.verdicts[key] = Verdict(False, REASON_UNSCHEDULABLE, message)
             continue
         queue.record_success(key)
         if result.unplaced:
@@ -110,6 +143,38 @@ def schedule_cycle(snapshot: Snapshot, queue: GangQueue, config: CoreConfig = Co
             Binding(a.pod.uid, a.pod.namespace, a.pod.name, a.node_name, key) for a in result.assignments)
         plan.verdicts[key] = Verdict(True, REASON_SCHEDULED, _scheduled_message(gang, result))
     return plan
+
+
+def _give(capacity: CapacityIndex, amounts: Mapping[str, Resources], op: Callable) -> None:
+    """Add (op=res.add) or take back (res.subtract) room on nodes of the index."""
+    if amounts:
+        capacity.commit({node: op(capacity.free[node], amount) for node, amount in amounts.items()})
+
+
+def _released_for(withheld_from_all: Mapping[str, Resources],
+                  withheld_from_gang: Mapping[str, Resources]) -> dict[str, Resources]:
+    """The room a claimant gets back on top of what every gang may use."""
+    return {node: res.subtract(amount, withheld_from_gang.get(node, {}))
+            for node, amount in withheld_from_all.items()}
+
+
+def _preempt(snapshot: Snapshot, gangs: Mapping[str, Gang], gang: Gang, policy: PreemptionPolicy,
+             state: PreemptionState, capacity: CapacityIndex, going: Mapping[str, Resources],
+             off_limits: Collection[str], evicting: set[str], plan: CyclePlan) -> str:
+    """Plan evictions for ``gang``; returns the sentence its verdict gets."""
+    outcome = plan_preemption(snapshot, gangs, gang, policy, state, capacity.free, capacity.node_filter,
+                              going, off_limits, evicting)
+    if isinstance(outcome, NoPreemption):
+        return outcome.message
+    evicting.update(p.uid for p in outcome.victims)
+    plan.evictions.extend(Eviction(p, gang.key) for p in outcome.victims)
+    plan.nominations.extend(Nomination(pod, node) for pod, node in outcome.nominations)
+    # The nominated room is the preemptor's from now on, in this cycle too.
+    nominated: dict[str, Resources] = {}
+    for pod, node in outcome.nominations:
+        nominated[node] = res.add(nominated.get(node, {}), pod.requests)
+    _give(capacity, nominated, res.subtract)
+    return outcome.message
 
 
 def _refresh_reservation(snapshot: Snapshot, gangs: Mapping[str, Gang], queue: GangQueue,

@@ -105,6 +105,11 @@ class PodInfo:
     resource_version: str = ""
     gpu_ids: tuple[int, ...] = ()  # from the gpu-ids annotation, once bound
     nominated_node: str = ""
+    labels: Mapping[str, str] = field(default_factory=dict)
+    priority_class: str = ""
+    started: float = 0.0  # status.startTime (0: not started)
+    preemptible: bool = True  # False: annotation scheduling.batchsched.io/preemptible=false
+    preemption_policy: str = "PreemptLowerPriority"  # or Never, from its PriorityClass
 
     @property
     def key(self) -> str:
@@ -150,6 +155,9 @@ class GroupSpec:
     schedule_timeout_seconds: int | None = None
     min_resources: Resources = field(default_factory=dict)
     generation: int = 0
+    priority_class: str = ""
+    preemption_policy: str = "PreemptLowerPriority"  # or Never: this gang never preempts
+    preemptible: bool = True  # False: its pods are never victims
 
     @property
     def key(self) -> str:
@@ -243,6 +251,11 @@ def pod_from_json(obj: Mapping[str, Any]) -> PodInfo:
         resource_version=meta.get("resourceVersion", ""),
         gpu_ids=parse_gpu_ids(annotations.get(constants.GPU_IDS_ANNOTATION)),
         nominated_node=status.get("nominatedNodeName") or "",
+        labels=dict(labels),
+        priority_class=spec.get("priorityClassName") or "",
+        started=parse_time(status.get("startTime")),
+        preemptible=annotations.get(constants.PREEMPTIBLE_ANNOTATION, "true").lower() != "false",
+        preemption_policy=spec.get("preemptionPolicy") or "PreemptLowerPriority",
     )
 
 
@@ -305,4 +318,8 @@ def group_from_json(obj: Mapping[str, Any], priority: int | None = None) -> Grou
         schedule_timeout_seconds=timeout,
         min_resources=min_resources,
         generation=int(meta.get("generation") or 0),
+        priority_class=spec.get("priorityClassName") or "",
+        preemption_policy=spec.get("preemptionPolicy") or "PreemptLowerPriority",
+        preemptible=((meta.get("annotations") or {}).get(constants.PREEMPTIBLE_ANNOTATION, "true").lower()
+                     != "false"),
     )

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Mapping
+from typing import Any, AsyncIterator, Callable, Mapping
 from urllib.parse import quote
 
 from kubernetes.aio import client, config
@@ -52,6 +52,9 @@ class ApiError(Exception):
 class Kube:
     def __init__(self, api_client: client.ApiClient):
         self.api = api_client
+        # Checked before every write: false on a replica that does not hold
+        # the leader lease (batchsched.shell.leader), so it never acts.
+        self.may_write: Callable[[], bool] = lambda: True
 
     @classmethod
     async def connect(cls, kubeconfig: str | None = None, qps_connections: int = 64) -> "Kube":
@@ -83,6 +86,8 @@ class Kube:
                       body: Any = None, content_type: str | None = None,
                       timeout: float | None = 30.0) -> dict:
         """One API call; returns the decoded JSON body or raises ApiError."""
+        if method != "GET" and not self.may_write():
+            raise ApiError(503, "NotLeader", f"not the leader: {method} {path} not sent", {})
         resp = await self._call(method, path, query, body, content_type, timeout)
         data = await resp.read()
         try:
@@ -141,12 +146,18 @@ class Kube:
         await self.request("POST", f"/api/v1/namespaces/{quote(namespace)}/pods/{quote(pod)}/binding",
                            body=body)
 
-    async def evict(self, namespace: str, pod: str, uid: str | None = None) -> None:
+    async def evict(self, namespace: str, pod: str, uid: str | None = None, dry_run: bool = False) -> None:
+        """Evict through policy/v1 Eviction, so PodDisruptionBudgets hold (429 when they refuse)."""
+        delete_options: dict[str, Any] = {}
+        if uid:
+            delete_options["preconditions"] = {"uid": uid}
+        if dry_run:
+            delete_options["dryRun"] = ["All"]
         body = {"apiVersion": "policy/v1", "kind": "Eviction",
                 "metadata": {"name": pod, "namespace": namespace},
-                **({"deleteOptions": {"preconditions": {"uid": uid}}} if uid else {})}
+                **({"deleteOptions": delete_options} if delete_options else {})}
         await self.request("POST", f"/api/v1/namespaces/{quote(namespace)}/pods/{quote(pod)}/eviction",
-                           body=body)
+                           body=body, query={"dryRun": "All"} if dry_run else None)
 
     async def merge_patch(self, path: str, patch: Mapping[str, Any]) -> dict:
         return await self.request("PATCH", path, body=patch, content_type="application/merge-patch+json")

@@ -16,6 +16,7 @@ from batchsched.core.queueing.queue import GangQueue
 from batchsched.core.status import conditions_for, count_members, phase_of
 from batchsched.shell.binder import Binder, BindRequest, BindResult
 from batchsched.shell.cache import ClusterCache
+from batchsched.shell.evictor import Evictor
 from batchsched.shell.kube import Kube
 from batchsched.shell.status import EventRecorder, StatusWriter, group_ref, now_rfc3339, pod_ref
 
@@ -34,6 +35,9 @@ class Scheduler:
         self.binder = Binder(kube, config.binding.parallelism, config.binding.retries)
         self.status = StatusWriter(kube, config.status_min_interval_seconds)
         self.events = EventRecorder(kube, config.scheduler_name)
+        self.preemption_policy = config.preemption.policy()
+        self.evictor = Evictor(kube, self.cache, self.events, config.preemption)
+        self._nominations_checked = 0.0
         self.verdicts: dict[str, Verdict] = {}
         self.start_times: dict[str, str] = {}  # gang key -> scheduleStartTime
         self.ready = asyncio.Event()
@@ -101,7 +105,15 @@ class Scheduler:
         for key, since in self.start_times.items():
             if key in self.queue:
                 self.queue.set_waiting_since(key, parse_time(since))
-        plan = schedule_cycle(snapshot, self.queue, self.core_config)
+        plan = schedule_cycle(snapshot, self.queue, self.core_config, self.preemption_policy,
+                              self.evictor.state())
+        if plan.evictions or plan.nominations:
+            for task in self.evictor.carry_out(plan.evictions, plan.nominations):
+                self._track(task)
+        if self.preemption_policy.enabled and time.monotonic() - self._nominations_checked > 1.0:
+            self._nominations_checked = time.monotonic()
+            for task in self.evictor.expire_nominations():
+                self._track(task)
         if plan.bindings:
             requests = [BindRequest(b.pod_uid, b.namespace, b.pod_name, b.node_name, b.gang_key)
                         for b in plan.bindings]
@@ -112,7 +124,9 @@ class Scheduler:
         return plan
 
     def _spawn(self, coro) -> None:
-        task = asyncio.get_running_loop().create_task(coro)
+        self._track(asyncio.get_running_loop().create_task(coro))
+
+    def _track(self, task: asyncio.Task) -> None:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 

@@ -94,6 +94,13 @@ class GangQueue:
     def __contains__(self, key: object) -> bool:
         return key in self._entries
 
+    def depth_by_priority(self) -> dict[int, int]:
+        """How many gangs wait, per priority (for the queue-depth metric)."""
+        depth: dict[int, int] = {}
+        for entry in self._entries.values():
+            depth[entry.priority] = depth.get(entry.priority, 0) + 1
+        return depth
+
     # -- membership -------------------------------------------------------
 
     def sync(self, gangs: Iterable[Gang], now: float) -> None:

@@ -1,0 +1,246 @@
+"""Choosing victims for a gang that does not fit (pure).
+
+The gang's quorum is placed pod by pod (largest first) on a hypothetical
+free map in which the victims chosen so far are gone and pods already
+terminating count as gone.  For each pod, every statically feasible node is
+priced by the cheapest set of *victim units* that makes the pod fit there,
+and the cheapest node wins (ties: the tightest fit).  A unit is one pod, or a
+whole gang of ours that would otherwise be left bound below its minMember —
+such a gang is evicted whole or not at all.
+
+Cost, compared in this order (docs/preemption.md):
+1. victims of equal or higher priority: never (they are not candidates);
+2. fewest gangs broken (whole-gang units);
+3. lowest highest-victim priority;
+4. fewest victims;
+5. lowest total victim priority.
+
+Nothing is evicted unless the whole quorum fits once the victims are gone,
+and never more than ``max_victims_per_cycle``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Collection, Mapping
+
+from batchsched.core import resources as res
+from batchsched.core.gangs import Gang
+from batchsched.core.model import PodInfo
+from batchsched.core.placement.capacity import pack_score
+from batchsched.core.placement.fit import NodeFilter
+from batchsched.core.preemption.policy import GANG_VICTIMS_NEVER, PreemptionPolicy, PreemptionState
+from batchsched.core.resources import Resources
+from batchsched.core.snapshot import Snapshot
+
+Cost = tuple[int, int, int, int]
+NO_COST: Cost = (0, -(2**31), 0, 0)
+
+
+@dataclass(frozen=True)
+class VictimUnit:
+    key: str
+    pods: tuple[PodInfo, ...]
+    breaks_gang: bool
+    freed: Mapping[str, Resources]  # node -> what evicting the unit frees there
+
+    @property
+    def cost(self) -> Cost:
+        priorities = [p.priority for p in self.pods]
+        return (int(self.breaks_gang), max(priorities), len(self.pods), sum(priorities))
+
+
+def combined_cost(units: Collection[VictimUnit]) -> Cost:
+    if not units:
+        return NO_COST
+    pods = [p for u in units for p in u.pods]
+    return (sum(u.breaks_gang for u in units), max(p.priority for p in pods), len(pods),
+            sum(p.priority for p in pods))
+
+
+@dataclass(frozen=True)
+class PreemptionPlan:
+    gang_key: str
+    victims: tuple[PodInfo, ...]
+    nominations: tuple[tuple[PodInfo, str], ...]  # (preemptor pod, node)
+    message: str
+
+
+@dataclass(frozen=True)
+class NoPreemption:
+    message: str
+
+
+def victim_units(snapshot: Snapshot, gangs: Mapping[str, Gang], preemptor: Gang,
+                 policy: PreemptionPolicy, state: PreemptionState,
+                 excluded: Collection[str] = ()) -> list[VictimUnit]:
+    """Every unit that may be evicted for ``preemptor``, cheapest first."""
+    now = snapshot.now
+    units: list[VictimUnit] = []
+    by_gang: dict[str, list[PodInfo]] = {}
+    for pod in snapshot.pods.values():
+        if (pod.uid in excluded or pod.uid in state.refused or pod.gang_key == preemptor.key
+                or pod.node_name in state.cooling_nodes or pod.node_name not in snapshot.nodes):
+            continue
+        gang = gangs.get(pod.gang_key) if pod.scheduler_name == snapshot.scheduler_name else None
+        group = gang.spec if gang is not None and not gang.implicit else None
+        if not policy.may_be_victim(pod, preemptor.priority, now, group):
+            continue
+        if group is not None and group.min_member > 1:
+            by_gang.setdefault(pod.gang_key, []).append(pod)
+        else:
+            units.append(VictimUnit(pod.uid, (pod,), False, {pod.node_name: pod.requests}))
+    for key, candidates in by_gang.items():
+        gang = gangs[key]
+        spare = len(gang.bound_active) - gang.min_member
+        # Members beyond minMember may go one by one (the youngest first)...
+        singles = sorted(candidates, key=lambda p: (-p.started, p.name))[:max(0, spare)]
+        for pod in singles:
+            units.append(VictimUnit(pod.uid, (pod,), False, {pod.node_name: pod.requests}))
+        # ...but taking more breaks the gang: then all of it, or none.
+        if policy.gang_victims == GANG_VICTIMS_NEVER or len(candidates) < len(gang.bound_active):
+            continue
+        freed: dict[str, Resources] = {}
+        for pod in candidates:
+            freed[pod.node_name] = res.add(freed.get(pod.node_name, {}), pod.requests)
+        units.append(VictimUnit(f"gang:{key}", tuple(candidates), True, freed))
+    units.sort(key=lambda u: (u.cost, u.key))
+    return units
+
+
+def _cheapest_on_node(request: Resources, free: Resources, node: str,
+                      candidates: list[VictimUnit]) -> list[VictimUnit] | None:
+    """The cheapest units on ``node`` whose eviction makes ``request`` fit."""
+    taken: list[VictimUnit] = []
+    room = dict(free)
+    for unit in candidates:
+        if not res.fits(request, room):
+            break
+        taken.append(unit)
+        room = res.add(room, unit.freed[node])
+    if res.fits(request, room):
+        return None
+    # Reprieve: keep back every unit (dearest first) the pod can do without.
+    for unit in sorted(taken, key=lambda u: u.cost, reverse=True):
+        without = res.subtract(room, unit.freed[node])
+        if not res.fits(request, without):
+            room = without
+            taken.remove(unit)
+    return taken
+
+
+def plan_preemption(snapshot: Snapshot, gangs: Mapping[str, Gang], gang: Gang,
+                    policy: PreemptionPolicy, state: PreemptionState, free: Mapping[str, Resources],
+                    node_filter: NodeFilter, going: Mapping[str, Resources], off_limits: Collection[str] = (),
+                    excluded: Collection[str] = ()) -> PreemptionPlan | NoPreemption:
+    """``free``: what the gang may use now; ``going``: terminating room that
+    will be the gang's once it is gone (NominationHolds.going_for)."""
+    why_not = policy.may_preempt(gang.spec, gang.priority, gang.members)
+    if why_not:
+        return NoPreemption(f"Gang {gang.key} may not preempt: {why_not}.")
+    if gang.key in state.in_flight:
+        return NoPreemption(f"Gang {gang.key} is waiting for the pods it preempted to terminate.")
+    units = victim_units(snapshot, gangs, gang, policy, state, excluded)
+    room: dict[str, Resources] = {name: dict(f) for name, f in free.items()}
+    for node, soon in going.items():
+        room[node] = res.add(room.get(node, {}), soon)
+    by_node: dict[str, list[VictimUnit]] = {}
+    for unit in units:
+        for node in unit.freed:
+            by_node.setdefault(node, []).append(unit)
+
+    chosen: dict[str, VictimUnit] = {}
+    nominations: list[tuple[PodInfo, str]] = []
+    quorum = sorted(gang.pending, key=lambda p: (-p.requests.get("nvidia.com/gpu", 0),
+                                                 -p.requests.get(res.CPU, 0), p.created, p.name))
+    for pod in quorum[:gang.need]:
+        best: tuple | None = None
+        for node in node_filter.evaluate(pod).feasible:
+            if node in off_limits or node in state.cooling_nodes:
+                continue
+            candidates = [u for u in by_node.get(node, ()) if u.key not in chosen]
+            extra = _cheapest_on_node(pod.requests, room[node], node, candidates)
+            if extra is None:
+                continue
+            after = room[node]
+            for unit in extra:
+                after = res.add(after, unit.freed[node])
+            rank = (combined_cost(list(chosen.values()) + extra),
+                    pack_score(snapshot.nodes[node], pod.requests, after), node)
+            if best is None or rank < best[0]:
+                best = (rank, node, extra)
+        if best is None:
+            message = (f"Gang {gang.key} would not fit even after evicting every pod policy allows; "
+                       "nothing was evicted.")
+            if state.refused:
+                uid, why = next(iter(sorted(state.refused.items())))
+                message += (f" {len(state.refused)} candidate victim(s) could not be evicted lately, "
+                            f"e.g. {snapshot.pods[uid].key if uid in snapshot.pods else uid}: {why}")
+            return NoPreemption(message)
+        _, node, extra = best
+        for unit in extra:
+            chosen[unit.key] = unit
+            for where, amount in unit.freed.items():
+                room[where] = res.add(room.get(where, {}), amount)
+        room[node] = res.subtract(room[node], pod.requests)
+        nominations.append((pod, node))
+
+    victims = tuple(p for u in chosen.values() for p in u.pods)
+    if len(victims) > policy.max_victims_per_cycle:
+        return NoPreemption(f"Gang {gang.key} would need {len(victims)} victims, more than "
+                            f"maxVictimsPerCycle={policy.max_victims_per_cycle}; nothing was evicted.")
+    nodes = sorted({n for _, n in nominations})
+    if victims:
+        message = (f"Gang {gang.key} is preempting {len(victims)} pod(s) on {', '.join(nodes)}: "
+                   + ", ".join(sorted(p.key for p in victims)[:10]) + (" ..." if len(victims) > 10 else ""))
+    else:
+        message = f"Gang {gang.key} waits for terminating pods on {', '.join(nodes)}."
+    return PreemptionPlan(gang.key, victims, tuple(nominations), message)
+
+
+@dataclass
+class NominationHolds:
+    """Room claimed by preemptors whose victims are still going.
+
+    On a node with free room F, room G held by terminating pods and claims C
+    (the requests of pending pods nominated there), the claims are served
+    first from G: a claimant's own claim is its own, everyone else may use
+    only ``F - max(0, C - G)`` now, and a preemptor planning evictions may
+    count on ``max(0, G - others' claims)`` of the terminating room.
+    """
+
+    claims: dict[str, dict[str, Resources]] = field(default_factory=dict)  # gang -> node -> claim
+    going: dict[str, Resources] = field(default_factory=dict)  # node -> held by terminating pods
+
+    @classmethod
+    def from_snapshot(cls, snapshot: Snapshot) -> "NominationHolds":
+        holds = cls()
+        for pod in snapshot.pods.values():
+            if pod.node_name in snapshot.nodes and pod.holds_resources and pod.terminating:
+                holds.going[pod.node_name] = res.add(holds.going.get(pod.node_name, {}), pod.requests)
+            elif (pod.nominated_node and not pod.node_name and not pod.terminal
+                  and pod.scheduler_name == snapshot.scheduler_name and pod.nominated_node in snapshot.nodes):
+                node_claims = holds.claims.setdefault(pod.gang_key, {})
+                node_claims[pod.nominated_node] = res.add(node_claims.get(pod.nominated_node, {}), pod.requests)
+        return holds
+
+    def _others(self, gang_key: str | None) -> dict[str, Resources]:
+        out: dict[str, Resources] = {}
+        for key, node_claims in self.claims.items():
+            if key != gang_key:
+                for node, amount in node_claims.items():
+                    out[node] = res.add(out.get(node, {}), amount)
+        return out
+
+    def withheld(self, gang_key: str | None = None) -> dict[str, Resources]:
+        """Free room that gang (None: a gang with no claim) may not use now."""
+        return {node: _positive(res.subtract(claim, self.going.get(node, {})))
+                for node, claim in self._others(gang_key).items()}
+
+    def going_for(self, gang_key: str) -> dict[str, Resources]:
+        """Terminating room that will be the gang's to use once it is gone."""
+        others = self._others(gang_key)
+        return {node: _positive(res.subtract(going, others.get(node, {}))) for node, going in self.going.items()}
+
+
+def _positive(amounts: Resources) -> Resources:
+    return {k: v for k, v in amounts.items() if v > 0}

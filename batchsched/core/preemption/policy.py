@@ -1,0 +1,68 @@
+"""Who may preempt whom (pure).  The shell builds this from the config's
+``preemption`` section (configs/scheduler.yaml, docs/preemption.md)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from batchsched.core.model import GroupSpec, PodInfo
+
+GANG_VICTIMS_WHOLE = "whole"  # a victim gang that would drop below minMember is evicted whole
+GANG_VICTIMS_NEVER = "never"  # ...or not touched at all
+
+
+@dataclass(frozen=True)
+class PreemptionPolicy:
+    enabled: bool = True
+    # victims
+    victim_namespaces: frozenset[str] = frozenset()  # empty: any namespace
+    victim_labels: tuple[tuple[str, str], ...] = ()  # all must match; empty: any pod
+    victim_priority_classes: frozenset[str] = frozenset()  # empty: any class
+    min_runtime_seconds: float = 0.0
+    gang_victims: str = GANG_VICTIMS_WHOLE
+    # preemptors
+    preemptor_min_priority: int | None = None
+    preemptor_priority_classes: frozenset[str] = frozenset()  # non-empty: only these classes
+    # limits
+    max_victims_per_cycle: int = 64
+    node_cooldown_seconds: float = 30.0
+    nomination_timeout_seconds: float = 120.0
+
+    def may_preempt(self, spec: GroupSpec, priority: int, members: tuple[PodInfo, ...]) -> str:
+        """"" if the gang may preempt, else why not."""
+        if not self.enabled:
+            return "preemption is disabled"
+        if spec.preemption_policy == "Never" or any(p.preemption_policy == "Never" for p in members):
+            return "its preemptionPolicy is Never"
+        if self.preemptor_min_priority is not None and priority < self.preemptor_min_priority:
+            return f"its priority {priority} is below the preemptors' minimum {self.preemptor_min_priority}"
+        if self.preemptor_priority_classes:
+            classes = {spec.priority_class} | {p.priority_class for p in members}
+            if not classes & self.preemptor_priority_classes:
+                return "its PriorityClass is not one that may preempt"
+        return ""
+
+    def may_be_victim(self, pod: PodInfo, preemptor_priority: int, now: float,
+                      group: GroupSpec | None = None) -> bool:
+        """Pod-level rules; gang-level ones (whole or not at all) are in plan.py."""
+        if not pod.holds_resources or pod.terminating or pod.priority >= preemptor_priority:
+            return False
+        if not pod.preemptible or (group is not None and not group.preemptible):
+            return False
+        if self.victim_namespaces and pod.namespace not in self.victim_namespaces:
+            return False
+        if any(pod.labels.get(k) != v for k, v in self.victim_labels):
+            return False
+        if self.victim_priority_classes and pod.priority_class not in self.victim_priority_classes:
+            return False
+        return self.min_runtime_seconds <= 0 or (pod.started and now - pod.started >= self.min_runtime_seconds)
+
+
+@dataclass(frozen=True)
+class PreemptionState:
+    """What the shell knows about preemptions in flight (inputs to the core)."""
+
+    cooling_nodes: frozenset[str] = frozenset()  # evicted on recently: no more for now
+    # pod uid -> why the Eviction API refused it lately (a PodDisruptionBudget, say)
+    refused: Mapping[str, str] = field(default_factory=dict)
+    in_flight: frozenset[str] = field(default_factory=frozenset)  # gangs whose victims are still going

@@ -1,0 +1,166 @@
+"""Preemption end to end: policy-driven, gang-aware, through the Eviction API."""
+from __future__ import annotations
+
+import pytest
+
+from tests.integration.test_gang_scheduling import condition, make_gang, members_bound
+from tests.support.kube import wait_for
+from tests.support.objects import pod, priority_class
+
+pytestmark = pytest.mark.e2e
+
+INFERENCE = {"workload": "inference"}
+
+
+def preemption_config(**victims) -> dict:
+    return {"preemption": {"enabled": True, "nodeCooldownSeconds": 0,
+                           "victims": {"matchLabels": INFERENCE, **victims}},
+            "queue": {"initialBackoffSeconds": 0.2}}
+
+
+class Classes:
+    def __init__(self, env):
+        self.low, self.mid, self.high = (f"{n}-{env.id}" for n in ("low", "mid", "high"))
+        for name, value in ((self.low, 100), (self.mid, 500), (self.high, 1000)):
+            env.add_cluster_object(priority_class(name, value))
+
+
+def fill_with_inference(env, nodes, per_node: int, priority_class_name: str, linger: bool = False) -> list[str]:
+    """Single-GPU inference pods placed directly on the nodes, Running."""
+    names = []
+    for node in nodes:
+        for i in range(per_node):
+            p = pod(f"inf-{node[-4:]}-{i}", env.namespace, gpus=1, cpu="1", scheduler="default-scheduler",
+                    priority_class=priority_class_name, labels=INFERENCE)
+            p["spec"]["nodeName"] = node
+            if linger:
+                p["metadata"]["annotations"] = {"batchsched.io/linger": "true"}
+                p["spec"]["terminationGracePeriodSeconds"] = 600
+            env.create(p)
+            names.append(p["metadata"]["name"])
+    wait_for("inference running", lambda: all(
+        env.pods()[n]["status"].get("phase") == "Running" for n in names))
+    return names
+
+
+def alive(env, names) -> list[str]:
+    pods = env.pods()
+    return [n for n in names if n in pods and not pods[n]["metadata"].get("deletionTimestamp")]
+
+
+def wait_verdict(env, group: str, text: str, timeout: float = 30) -> str:
+    return wait_for(f"{group} condition containing {text!r}", lambda: (
+        text in (m := condition(env.podgroup(group), "Unschedulable").get("message", "")) and m), timeout)
+
+
+# 1
+def test_training_gang_evicts_only_what_it_needs_then_binds(env, start_scheduler):
+    pc = Classes(env)
+    nodes = [env.add_node(f"gpu{i}", gpus=8) for i in range(2)]
+    inference = fill_with_inference(env, nodes, 8, pc.low)
+    make_gang(env, "train", 2, group_spec={"priorityClassName": pc.high}, gpus=4, cpu="1",
+              priority_class=pc.high)
+    start_scheduler(**preemption_config())
+    wait_for("gang bound", lambda: len(members_bound(env, "train-")) == 2, timeout=60)
+    assert len(inference) - len(alive(env, inference)) == 8, "evicted more (or fewer) than needed"
+    events = env.kube.get(f"/api/v1/namespaces/{env.namespace}/events")["items"]
+    preempted = [e for e in events if e["reason"] == "Preempted"]
+    assert len(preempted) == 8 and all("train" in e["message"] for e in preempted)
+
+
+# 2
+def test_pdb_that_allows_no_disruption_stops_preemption_with_a_reason(env, start_scheduler):
+    pc = Classes(env)
+    nodes = [env.add_node(f"gpu{i}", gpus=8) for i in range(2)]
+    inference = fill_with_inference(env, nodes, 8, pc.low)
+    env.create({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "inference"},
+                "spec": {"maxUnavailable": 0, "selector": {"matchLabels": INFERENCE}}})
+    make_gang(env, "train", 2, group_spec={"priorityClassName": pc.high}, gpus=4, cpu="1",
+              priority_class=pc.high)
+    start_scheduler(**preemption_config())
+    message = wait_verdict(env, "train", "could not be evicted")
+    assert "429" in message or "disruption" in message.lower(), message
+    assert alive(env, inference) == inference
+    assert members_bound(env, "train-") == []
+
+
+# 3
+def test_equal_priority_does_not_preempt(env, start_scheduler):
+    pc = Classes(env)
+    nodes = [env.add_node(f"gpu{i}", gpus=8) for i in range(2)]
+    inference = fill_with_inference(env, nodes, 8, pc.high)
+    make_gang(env, "train", 2, group_spec={"priorityClassName": pc.high}, gpus=4, cpu="1",
+              priority_class=pc.high)
+    start_scheduler(**preemption_config())
+    wait_verdict(env, "train", "would not fit even after evicting")
+    assert alive(env, inference) == inference
+
+
+# 4
+@pytest.mark.parametrize("gangs", ["whole", "never"])
+def test_running_lower_priority_gang_is_evicted_whole_or_not_at_all(env, start_scheduler, gangs):
+    pc = Classes(env)
+    env.add_node("gpu0", gpus=8)
+    make_gang(env, "old", 4, group_spec={"priorityClassName": pc.mid}, gpus=2, cpu="1",
+              priority_class=pc.mid)
+    start_scheduler(**{**preemption_config(gangs=gangs, matchLabels={})})
+    wait_for("old gang running", lambda: env.podgroup("old").get("status", {}).get("phase") == "Running")
+    make_gang(env, "new", 1, group_spec={"priorityClassName": pc.high}, gpus=2, cpu="1",
+              priority_class=pc.high)
+    old = [f"old-{i}" for i in range(4)]
+    if gangs == "whole":
+        wait_for("new gang bound", lambda: members_bound(env, "new-") == ["new-0"], timeout=60)
+        assert alive(env, old) == []
+    else:
+        wait_verdict(env, "new", "would not fit even after evicting")
+        assert alive(env, old) == old
+        assert members_bound(env, "new-") == []
+
+
+# 5
+def test_preemption_policy_never_on_the_preemptor(env, start_scheduler):
+    pc = Classes(env)
+    nodes = [env.add_node(f"gpu{i}", gpus=8) for i in range(2)]
+    inference = fill_with_inference(env, nodes, 8, pc.low)
+    make_gang(env, "train", 2, group_spec={"priorityClassName": pc.high, "preemptionPolicy": "Never"},
+              gpus=4, cpu="1", priority_class=pc.high)
+    start_scheduler(**preemption_config())
+    wait_verdict(env, "train", "preemptionPolicy is Never")
+    assert alive(env, inference) == inference
+
+
+# 6
+def test_lower_priority_gang_does_not_take_room_freed_for_a_preemptor(env, start_scheduler):
+    pc = Classes(env)
+    node = env.add_node("gpu0", gpus=8)
+    inference = fill_with_inference(env, [node], 8, pc.low, linger=True)
+    make_gang(env, "big", 1, group_spec={"priorityClassName": pc.high}, gpus=4, cpu="1",
+              priority_class=pc.high)
+    start_scheduler(**preemption_config())
+    wait_for("four victims terminating", lambda: len(alive(env, inference)) == 4, timeout=60)
+    victims = sorted(set(inference) - set(alive(env, inference)))
+    wait_for("big nominated", lambda: env.pods()["big-0"]["status"].get("nominatedNodeName") == node)
+    # lower than the preemptor, and no higher than the inference pods: it cannot preempt
+    make_gang(env, "small", 1, group_spec={"priorityClassName": pc.low}, gpus=2, cpu="1",
+              priority_class=pc.low)
+    for name in victims[:2]:  # two of four victims gone: room for "small", not yet for "big"
+        env.kube.delete(f"/api/v1/namespaces/{env.namespace}/pods/{name}", gracePeriodSeconds=0)
+    wait_verdict(env, "small", "would not fit even after evicting")
+    assert members_bound(env, "small-") == []
+    for name in victims[2:]:
+        env.kube.delete(f"/api/v1/namespaces/{env.namespace}/pods/{name}", gracePeriodSeconds=0)
+    wait_for("big bound", lambda: members_bound(env, "big-") == ["big-0"], timeout=30)
+    assert members_bound(env, "small-") == []
+    assert len(alive(env, inference)) == 4, "no further victims"
+
+
+# 7
+def test_gang_that_cannot_fit_even_after_evictions_evicts_nothing(env, start_scheduler):
+    pc = Classes(env)
+    nodes = [env.add_node(f"gpu{i}", gpus=8) for i in range(2)]
+    inference = fill_with_inference(env, nodes, 8, pc.low)
+    make_gang(env, "huge", 3, group_spec={"priorityClassName": pc.high}, gpus=8, cpu="1",
+              priority_class=pc.high)
+    start_scheduler(**preemption_config())
+    wait_verdict(env, "huge", "would not fit even after evicting")
+    assert alive(env, inference) == inference

@@ -1,0 +1,132 @@
+"""Preemption in the pure core: victim choice, cost order, claims while victims go."""
+from dataclasses import replace
+
+from batchsched.core.cycle import schedule_cycle
+from batchsched.core.preemption.policy import PreemptionPolicy, PreemptionState
+from batchsched.core.queueing.queue import GangQueue
+from tests.unit.helpers import gang_pods, group, node, pod, snapshot
+from tests.unit.test_cycle import CONFIG
+
+POLICY = PreemptionPolicy(enabled=True)
+
+
+def inference(node_name: str, count: int, priority: int = 10, start: int = 0, **kwargs):
+    return [pod(f"inf-{node_name}-{i}", gpu=1, node_name=node_name, phase="Running", priority=priority,
+                scheduler="default-scheduler", **kwargs) for i in range(start, start + count)]
+
+
+def cycle(snap, policy=POLICY, state=PreemptionState(), queue=None):
+    return schedule_cycle(snap, queue or GangQueue.from_config(CONFIG), CONFIG, policy, state)
+
+
+def test_evicts_just_enough_and_nominates_the_room():
+    nodes = [node("a", gpu=8), node("b", gpu=8)]
+    pods = inference("a", 8) + inference("b", 8) + gang_pods("train", 2, gpu=4, priority=100)
+    plan = cycle(snapshot(nodes, pods, [group("train", min_member=2)]))
+    assert plan.bindings == []
+    assert len(plan.evictions) == 8
+    assert {e.preemptor for e in plan.evictions} == {"default/train"}
+    assert len(plan.nominations) == 2
+    # victims come off the nodes the gang is nominated to, and nowhere else
+    assert {e.pod.node_name for e in plan.evictions} == {n.node_name for n in plan.nominations}
+    assert "preempting 8 pod(s)" in plan.verdicts["default/train"].message
+
+
+def test_prefers_free_room_and_the_lowest_priority_victims():
+    nodes = [node("a", gpu=8)]
+    pods = (inference("a", 2, priority=50) + inference("a", 4, priority=5, start=2)
+            + [pod("solo", gpu=4, priority=100)])
+    plan = cycle(snapshot(nodes, pods))
+    # 2 GPUs are free; two more are needed: the priority-5 pods go, the priority-50 ones stay
+    assert sorted(e.pod.priority for e in plan.evictions) == [5, 5]
+
+
+def test_no_victim_of_equal_or_higher_priority():
+    pods = inference("a", 8, priority=100) + [pod("solo", gpu=4, priority=100)]
+    plan = cycle(snapshot([node("a", gpu=8)], pods))
+    assert plan.evictions == []
+    assert "would not fit even after evicting" in plan.verdicts["default/pod:solo"].message
+
+
+def test_nothing_is_evicted_when_the_gang_would_still_not_fit():
+    nodes = [node("a", gpu=8), node("b", gpu=8)]
+    pods = inference("a", 8) + inference("b", 8) + gang_pods("huge", 3, gpu=8, priority=100)
+    plan = cycle(snapshot(nodes, pods, [group("huge", min_member=3)]))
+    assert plan.evictions == [] and plan.nominations == []
+
+
+def test_a_victim_gang_goes_whole_or_not_at_all():
+    members = gang_pods("old", 4, gpu=2, priority=50, node_name="a", phase="Running")
+    preemptor = [pod("new", gpu=2, priority=100)]
+    snap = snapshot([node("a", gpu=8)], members + preemptor, [group("old", min_member=4)])
+    whole = cycle(snap)
+    assert sorted(e.pod.name for e in whole.evictions) == [f"old-{i}" for i in range(4)]
+    never = cycle(snap, replace(POLICY, gang_victims="never"))
+    assert never.evictions == []
+
+
+def test_spare_members_of_a_victim_gang_go_one_by_one():
+    members = gang_pods("old", 4, gpu=2, priority=50, node_name="a", phase="Running")
+    snap = snapshot([node("a", gpu=8)], members + [pod("new", gpu=2, priority=100)],
+                    [group("old", min_member=3)])
+    plan = cycle(snap)
+    assert len(plan.evictions) == 1  # one spare member: the gang keeps its quorum
+
+
+def test_policy_narrows_victims_and_preemptors():
+    pods = inference("a", 8) + [pod("solo", gpu=2, priority=100)]
+    snap = snapshot([node("a", gpu=8)], pods)
+    assert cycle(snap, replace(POLICY, victim_labels=(("workload", "inference"),))).evictions == []
+    assert cycle(snap, replace(POLICY, preemptor_min_priority=1000)).evictions == []
+    assert cycle(snap, replace(POLICY, victim_namespaces=frozenset({"other"}))).evictions == []
+    assert cycle(snap, replace(POLICY, enabled=False)).evictions == []
+    assert len(cycle(snap).evictions) == 2
+
+
+def test_limits_cooldown_and_in_flight_stop_new_evictions():
+    pods = inference("a", 8) + gang_pods("train", 2, gpu=4, priority=100)
+    snap = snapshot([node("a", gpu=8)], pods, [group("train", min_member=2)])
+    assert cycle(snap, replace(POLICY, max_victims_per_cycle=7)).evictions == []
+    assert cycle(snap, state=PreemptionState(cooling_nodes=frozenset({"a"}))).evictions == []
+    waiting = cycle(snap, state=PreemptionState(in_flight=frozenset({"default/train"})))
+    assert waiting.evictions == []
+    assert "waiting for the pods it preempted" in waiting.verdicts["default/train"].message
+
+
+def test_refused_victims_are_avoided_and_named():
+    pods = inference("a", 8) + [pod("solo", gpu=8, priority=100)]
+    refused = {p.uid: "429 Cannot evict pod as it would violate the pod's disruption budget."
+               for p in pods[:1]}
+    plan = cycle(snapshot([node("a", gpu=8)], pods), state=PreemptionState(refused=refused))
+    assert plan.evictions == []
+    assert "disruption budget" in plan.verdicts["default/pod:solo"].message
+
+
+def test_claimed_room_is_not_taken_by_others_while_victims_go():
+    """A preemptor nominated to node a with two of its victims still
+    terminating: a lower gang may not take the two GPUs already free, and
+    the preemptor binds once the rest are gone."""
+    big = replace(pod("big", gpu=4, priority=100), nominated_node="a")
+    terminating = inference("a", 2, deleting=True)
+    running = inference("a", 4, start=2)
+    small = pod("small", gpu=2, priority=10)
+    snap = snapshot([node("a", gpu=8)], terminating + running + [big, small])
+    plan = cycle(snap, state=PreemptionState(in_flight=frozenset({"default/pod:big"})))
+    assert plan.bindings == [] and plan.evictions == []
+    gone = snapshot([node("a", gpu=8)], running + [big, small])
+    plan = cycle(gone)
+    assert [b.pod_name for b in plan.bindings] == ["big"]
+
+
+def test_terminating_room_already_claimed_is_not_counted_twice():
+    """Two claimants on one node: each may count only the terminating room
+    beyond the other's claim, so nobody is nominated room that is not there."""
+    big = replace(pod("big", gpu=4, priority=100), nominated_node="a")
+    going = inference("a", 4, deleting=True)
+    running = inference("a", 4, start=4)
+    mid = pod("mid", gpu=2, priority=50)
+    plan = cycle(snapshot([node("a", gpu=8)], going + running + [big, mid]),
+                 state=PreemptionState(in_flight=frozenset({"default/pod:big"})))
+    # "mid" must evict two running pods for itself: the four going GPUs are big's
+    assert len(plan.evictions) == 2
+    assert all(not e.pod.terminating for e in plan.evictions)
