@@ -1,0 +1,239 @@
+"""Binding throughput against the real control plane (local, kwok nodes).
+
+    .venv/bin/python bench/controlplane.py [--nodes 500] [--pods 4000] [--gang 8]
+
+One run, one fresh control plane, three contenders on the same nodes and the
+same number of pending pods (1 GPU each), each measured from "pods exist and
+the binder is ready" to "the API server has every pod bound" (seen on a
+watch, i.e. at binding, not at Running):
+
+(a) null binder: binds pod i to node i mod N through batchsched's own client
+    stack (shell.kube.Kube.bind, same parallelism), no decisions: the ceiling;
+(b) batchsched (`batchsched run` as its own process), pods in gangs;
+(c) the harness's kube-scheduler on plain pods, once with client QPS/burst
+    5000 (no client limit, like ours) and once with its defaults.
+
+Then one 256-pod gang: latency from the last member's creation (the moment
+the gang becomes eligible) to all 256 bound, with batchsched already running.
+
+Prints a Markdown table of pods/s and ratios to (a).
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "e2e"))
+sys.path.insert(0, str(ROOT))
+
+import localcluster  # noqa: E402
+import yaml  # noqa: E402
+
+from batchsched.api import constants  # noqa: E402
+from batchsched.shell.kube import Kube  # noqa: E402
+
+GPU = constants.GPU_RESOURCE
+
+
+def node_body(name: str, pool: str) -> dict:
+    res = {"cpu": "128", "memory": "2Ti", "pods": "110", GPU: "8"}
+    return {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": {"batchsched.io/simulated": "true", "bench-pool": pool}},
+            "status": {"capacity": res, "allocatable": res,
+                       "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}]}}
+
+
+def pod_body(name: str, ns: str, scheduler: str, group: str | None = None, pool: str = "") -> dict:
+    labels = {constants.POD_GROUP_LABEL: group} if group else {}
+    spec = {"schedulerName": scheduler, "terminationGracePeriodSeconds": 0,
+            "containers": [{"name": "c", "image": "x", "resources": {
+                "requests": {"cpu": "1", "memory": "1Gi"}, "limits": {GPU: "1"}}}]}
+    if pool:
+        spec["nodeSelector"] = {"bench-pool": pool}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": ns, "labels": labels},
+            "spec": spec}
+
+
+async def create_many(kube: Kube, path: str, bodies: list[dict], parallel: int = 64) -> None:
+    sem = asyncio.Semaphore(parallel)
+
+    async def one(body):
+        async with sem:
+            await kube.request("POST", path, body=body)
+    await asyncio.gather(*(one(b) for b in bodies))
+
+
+async def wait_all_bound(kube: Kube, ns: str, count: int, timeout: float = 600) -> tuple[float, float]:
+    """Watch the namespace until ``count`` pods are bound; returns the
+    monotonic times the first and the last binding were seen."""
+    first = None
+    listing = await kube.request("GET", f"/api/v1/namespaces/{ns}/pods")
+    bound = {p["metadata"]["uid"] for p in listing["items"] if p["spec"].get("nodeName")}
+    rv = listing["metadata"]["resourceVersion"]
+    deadline = time.monotonic() + timeout
+    while len(bound) < count:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{len(bound)}/{count} bound")
+        async for ev in kube.watch(f"/api/v1/namespaces/{ns}/pods", rv, timeout_seconds=60):
+            obj = ev["object"]
+            rv = obj["metadata"].get("resourceVersion", rv)
+            if ev["type"] in ("ADDED", "MODIFIED") and obj["spec"].get("nodeName"):
+                first = first or time.monotonic()
+                bound.add(obj["metadata"]["uid"])
+                if len(bound) >= count:
+                    break
+    return first or time.monotonic(), time.monotonic()
+
+
+class Rate:
+    """Pods/s from the start of work (process start, or first bind call for
+    the null binder) and in steady state (first to last binding seen)."""
+
+    def __init__(self, count: int, start: float, first: float, last: float):
+        self.overall = count / (last - start)
+        self.steady = (count - 1) / max(last - first, 1e-9)
+        self.startup = first - start
+
+
+async def run_null_binder(kube: Kube, ns: str, nodes: list[str], count: int, parallel: int) -> Rate:
+    await create_many(kube, f"/api/v1/namespaces/{ns}/pods",
+                      [pod_body(f"p{i}", ns, "null-binder") for i in range(count)])
+    listing = await kube.request("GET", f"/api/v1/namespaces/{ns}/pods")
+    pods = [(p["metadata"]["name"], p["metadata"]["uid"]) for p in listing["items"]]
+    sem = asyncio.Semaphore(parallel)
+    start = time.monotonic()
+
+    async def bind(i, name, uid):
+        async with sem:
+            await kube.bind(ns, name, uid, nodes[i % len(nodes)])
+    watcher = asyncio.create_task(wait_all_bound(kube, ns, count))
+    await asyncio.gather(*(bind(i, n, u) for i, (n, u) in enumerate(pods)))
+    return Rate(count, start, *(await watcher))
+
+
+def start_batchsched(kubeconfig: Path, workdir: Path, pool: str) -> subprocess.Popen:
+    """batchsched restricted to the nodes of ``pool``."""
+    config = workdir / f"batchsched-{pool}.yaml"
+    config.write_text(yaml.safe_dump({"nodeSelector": {"bench-pool": pool}, "logLevel": "WARNING",
+                                      "statusMinIntervalSeconds": 5, "metricsBindAddress": "",
+                                      "leaderElection": {"enabled": False}}))
+    return subprocess.Popen([sys.executable, "-m", "batchsched", "run", "--kubeconfig", str(kubeconfig),
+                             "--config", str(config)], cwd=ROOT,
+                            stdout=open(workdir / f"batchsched-{pool}.log", "wb"), stderr=subprocess.STDOUT)
+
+
+async def run_batchsched(kube: Kube, kubeconfig: Path, workdir: Path, ns: str, pool: str,
+                         count: int, gang: int) -> Rate:
+    groups = f"/apis/{constants.API_VERSION}/namespaces/{ns}/podgroups"
+    await create_many(kube, groups, [{"apiVersion": constants.API_VERSION, "kind": "PodGroup",
+                                      "metadata": {"name": f"g{g}", "namespace": ns},
+                                      "spec": {"minMember": gang}} for g in range(count // gang)])
+    await create_many(kube, f"/api/v1/namespaces/{ns}/pods",
+                      [pod_body(f"g{i // gang}-{i % gang}", ns, "batchsched", f"g{i // gang}")
+                       for i in range(count)])
+    start = time.monotonic()
+    proc = start_batchsched(kubeconfig, workdir, pool)
+    try:
+        return Rate(count, start, *(await wait_all_bound(kube, ns, count)))
+    finally:
+        proc.terminate()
+        proc.wait()
+
+
+async def run_kube_scheduler(kube: Kube, kubeconfig: Path, workdir: Path, ns: str, pool: str,
+                             count: int, qps: int | None) -> Rate:
+    await create_many(kube, f"/api/v1/namespaces/{ns}/pods",
+                      [pod_body(f"p{i}", ns, f"kube-{pool}", pool=pool) for i in range(count)])
+    bins = localcluster.build_all()
+    cfg = {"apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
+           "clientConnection": {"kubeconfig": str(kubeconfig), **({"qps": qps, "burst": qps} if qps else {})},
+           "leaderElection": {"leaderElect": False}, "profiles": [{"schedulerName": f"kube-{pool}"}]}
+    path = workdir / f"kube-scheduler-{pool}.yaml"
+    path.write_text(json.dumps(cfg))
+    start = time.monotonic()
+    proc = subprocess.Popen([str(bins["kube-scheduler"]), f"--config={path}",
+                             f"--authentication-kubeconfig={kubeconfig}", f"--authorization-kubeconfig={kubeconfig}",
+                             "--bind-address=127.0.0.1", f"--secure-port={localcluster.free_port()}"],
+                            stdout=open(workdir / f"kube-scheduler-{pool}.log", "wb"), stderr=subprocess.STDOUT)
+    try:
+        return Rate(count, start, *(await wait_all_bound(kube, ns, count)))
+    finally:
+        proc.terminate()
+        proc.wait()
+
+
+async def gang_latency(kube: Kube, kubeconfig: Path, workdir: Path, ns: str, pool: str, size: int) -> float:
+    proc = start_batchsched(kubeconfig, workdir, pool)
+    try:
+        await asyncio.sleep(3)  # let it list and settle before the gang arrives
+        await kube.request("POST", f"/apis/{constants.API_VERSION}/namespaces/{ns}/podgroups",
+                           body={"apiVersion": constants.API_VERSION, "kind": "PodGroup",
+                                 "metadata": {"name": "big", "namespace": ns}, "spec": {"minMember": size}})
+        await create_many(kube, f"/api/v1/namespaces/{ns}/pods",
+                          [pod_body(f"big-{i}", ns, "batchsched", "big") for i in range(size)])
+        eligible = time.monotonic()
+        return (await wait_all_bound(kube, ns, size))[1] - eligible
+    finally:
+        proc.terminate()
+        proc.wait()
+
+
+async def main_async(args) -> None:
+    with tempfile.TemporaryDirectory(prefix="bench-cp-") as tmp:
+        workdir = Path(tmp)
+        cluster = localcluster.up(workdir / "cluster", with_scheduler=False, die_with_parent=True)
+        kube = await Kube.connect(str(cluster.kubeconfig))
+        try:
+            crd = yaml.safe_load((ROOT / "crds" / "podgroup.yaml").read_text())
+            await kube.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", body=crd)
+            pools = ["null", "batchsched", "kube-fast", "kube-default", "gang"]
+            for pool in pools:
+                await kube.request("POST", "/api/v1/namespaces", body={"metadata": {"name": f"bench-{pool}"}})
+            node_names = {pool: [f"{pool}-{i:04d}" for i in range(args.nodes)] for pool in pools}
+            for pool in pools:
+                await create_many(kube, "/api/v1/nodes", [node_body(n, pool) for n in node_names[pool]])
+            await asyncio.sleep(2)
+            results = {}
+            results["(a) null binder"] = await run_null_binder(kube, "bench-null", node_names["null"],
+                                                               args.pods, args.parallel)
+            results["(b) batchsched"] = await run_batchsched(kube, cluster.kubeconfig, workdir, "bench-batchsched",
+                                                             "batchsched", args.pods, args.gang)
+            results["(c) kube-scheduler, QPS 5000"] = await run_kube_scheduler(
+                kube, cluster.kubeconfig, workdir, "bench-kube-fast", "kube-fast", args.pods, 5000)
+            results["(c) kube-scheduler, default QPS"] = await run_kube_scheduler(
+                kube, cluster.kubeconfig, workdir, "bench-kube-default", "kube-default", args.pods, None)
+            latency = await gang_latency(kube, cluster.kubeconfig, workdir, "bench-gang", "gang", 256)
+        finally:
+            await kube.close()
+            localcluster.down(workdir / "cluster")
+    ceiling = results["(a) null binder"]
+    print(f"\n{args.nodes} nodes x 8 GPUs per contender, {args.pods} pending 1-GPU pods "
+          f"(batchsched: gangs of {args.gang}), binding parallelism {args.parallel}\n")
+    print("| contender | steady pods bound/s | ratio to (a) | start to first bind (s) | "
+          "overall pods/s incl. start |\n|---|---|---|---|---|")
+    for name, rate in results.items():
+        print(f"| {name} | {rate.steady:.0f} | {rate.steady / ceiling.steady:.2f} | {rate.startup:.2f} | "
+              f"{rate.overall:.0f} |")
+    print(f"\n256-pod gang, eligible to all bound: {latency * 1000:.0f} ms")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--nodes", type=int, default=500)
+    parser.add_argument("--pods", type=int, default=4000)
+    parser.add_argument("--gang", type=int, default=8)
+    parser.add_argument("--parallel", type=int, default=32)
+    asyncio.run(main_async(parser.parse_args()))
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    main()

@@ -1,0 +1,74 @@
+"""The watch cache's bookkeeping, fed with API-shaped JSON (no I/O)."""
+import asyncio
+
+import pytest
+
+from batchsched.api.constants import POD_GROUP_LABEL
+from batchsched.shell.cache import ClusterCache
+
+
+def pod_json(name: str, uid: str, node: str = "", group: str = "", phase: str = "Pending") -> dict:
+    return {"metadata": {"name": name, "namespace": "ns", "uid": uid,
+                         "labels": {POD_GROUP_LABEL: group} if group else {}},
+            "spec": {"schedulerName": "batchsched", "nodeName": node,
+                     "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "2"}}}]},
+            "status": {"phase": phase}}
+
+
+@pytest.fixture
+def cache():
+    async def make():
+        return ClusterCache("batchsched")  # asyncio.Event wants a loop in some versions
+    return asyncio.run(make())
+
+
+def test_an_assumed_binding_survives_a_relist_that_does_not_show_it_yet(cache):
+    cache._replace_pods([pod_json("p", "u1")])
+    cache.assume("u1", "node-a", (0, 1), timeout=30)
+    cache._replace_pods([pod_json("p", "u1")])  # e.g. after 410 Gone, from a lagging list
+    assert cache.pods["u1"].node_name == "node-a"
+    assert cache.pods["u1"].gpu_ids == (0, 1)
+    assert "u1" in cache.assumed
+
+
+def test_the_watch_confirming_a_binding_ends_the_assumption(cache):
+    cache._replace_pods([pod_json("p", "u1")])
+    cache.assume("u1", "node-a", (), timeout=30)
+    cache._apply_pod("MODIFIED", pod_json("p", "u1", node="node-a"))
+    assert "u1" not in cache.assumed
+    assert cache.pods["u1"].node_name == "node-a"
+
+
+def test_a_failed_binding_is_forgotten_and_frees_capacity(cache):
+    cache._replace_pods([pod_json("p", "u1", group="g")])
+    cache.drain_changes()
+    cache.assume("u1", "node-a", (), timeout=30)
+    cache.forget("u1")
+    assert cache.pods["u1"].node_name == ""
+    touched, freed = cache.drain_changes()
+    assert touched == {"ns/g"} and freed
+
+
+def test_unconfirmed_assumptions_expire(cache):
+    cache._replace_pods([pod_json("p", "u1")])
+    cache.assume("u1", "node-a", (), timeout=-1)
+    assert cache.expire_assumptions() == ["u1"]
+    assert cache.pods["u1"].node_name == ""
+
+
+def test_a_pod_that_finishes_frees_capacity_and_touches_its_gang(cache):
+    cache._replace_pods([pod_json("p", "u1", node="n", group="g", phase="Running")])
+    cache.drain_changes()
+    cache._apply_pod("MODIFIED", pod_json("p", "u1", node="n", group="g", phase="Succeeded"))
+    assert cache.drain_changes() == ({"ns/g"}, True)
+
+
+def test_a_podgroup_naming_a_missing_priority_class_is_invalid_not_fatal(cache):
+    bad = []
+    cache.on_bad_object = lambda kind, obj, why: bad.append((kind, why))
+    cache._replace_groups([{"metadata": {"name": "g", "namespace": "ns", "generation": 1},
+                            "spec": {"minMember": 2, "priorityClassName": "nope"}}])
+    assert "not found" in cache.invalid_groups["ns/g"]
+    assert bad and bad[0][0] == "PodGroup"
+    cache._apply_priority_class("ADDED", {"metadata": {"name": "nope"}, "value": 7})
+    assert cache.groups["ns/g"].priority == 7 and "ns/g" not in cache.invalid_groups
