@@ -1,40 +1,22 @@
-"""Command line: ``batchsched run | explain | demo``."""
+"""Command line: ``batchsched run | explain | demo | topo parse``."""
 from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
-import signal
 import sys
 import time
+from pathlib import Path
 
 from batchsched.config import load_config
 
 
-def _setup_logging(level: str) -> None:
-    logging.basicConfig(level=level, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-
-
 async def _run(args: argparse.Namespace) -> int:
-    from batchsched.shell.kube import Kube
-    from batchsched.shell.scheduler import Scheduler
+    from batchsched.shell.logs import setup_logging
+    from batchsched.shell.replica import run_replica
 
     config = load_config(args.config)
-    _setup_logging(config.log_level)
-    kube = await Kube.connect(args.kubeconfig)
-    scheduler = Scheduler(kube, config)
-    task = asyncio.create_task(scheduler.run())
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, task.cancel)
-    try:
-        await task
-    except asyncio.CancelledError:
-        logging.getLogger("batchsched").info("stopping")
-    finally:
-        await kube.close()
-    return 0
+    setup_logging(config.log_level, config.log_format)
+    return await run_replica(args.kubeconfig, config)
 
 
 async def _explain(args: argparse.Namespace) -> int:
@@ -62,6 +44,19 @@ async def _explain(args: argparse.Namespace) -> int:
     return 0
 
 
+def _topo_parse(args: argparse.Namespace) -> int:
+    from batchsched.core.topology.model import TopologyError
+    from batchsched.core.topology.report import render
+
+    text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
+    try:
+        print(render(text, args.format, args.numa_memory), end="")
+    except TopologyError as exc:  # names the line and the problem
+        print(f"batchsched: {args.file}: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="batchsched", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -77,12 +72,23 @@ def main(argv: list[str] | None = None) -> int:
 
     sub.add_parser("demo", help="the embedded default: a local control plane, GPU nodes and a sample gang")
 
+    p_topo = sub.add_parser("topo", help="GPU topology tools").add_subparsers(dest="topo_command", required=True)
+    p_parse = p_topo.add_parser("parse", help="read `nvidia-smi topo -m` output (FILE, or - for stdin)")
+    p_parse.add_argument("file", metavar="FILE")
+    p_parse.add_argument("--format", choices=("text", "json", "annotation"), default="text",
+                         help="text: a summary; annotation: the value of the node annotation "
+                              "scheduling.batchsched.io/gpu-topology; json: the same, indented")
+    p_parse.add_argument("--numa-memory", default="", metavar="N=QTY,...",
+                         help="memory of each NUMA node, e.g. 0=256Gi,1=256Gi (the matrix does not show it)")
+
     args = parser.parse_args(argv)
     try:
         if args.command == "run":
             return asyncio.run(_run(args))
         if args.command == "explain":
             return asyncio.run(_explain(args))
+        if args.command == "topo":
+            return _topo_parse(args)
         from batchsched.demo import run_demo
         return run_demo()
     except (OSError, ValueError) as exc:

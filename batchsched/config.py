@@ -99,12 +99,17 @@ def parse_bind_address(text: str) -> tuple[str, int] | None:
     return host.strip("[]") or "0.0.0.0", int(port)
 
 
+class TopologyConfig(_Strict):
+    domain_labels: list[str] = Field(default_factory=lambda: [constants.GPU_CLIQUE_LABEL], alias="domainLabels")
+
+
 class SchedulerConfig(_Strict):
     scheduler_name: str = Field(constants.DEFAULT_SCHEDULER_NAME, alias="schedulerName", min_length=1)
     node_selector: dict[str, str] = Field(default_factory=dict, alias="nodeSelector")
     queue: QueueConfig = Field(default_factory=QueueConfig)
     binding: BindingConfig = Field(default_factory=BindingConfig)
     preemption: PreemptionConfig = Field(default_factory=PreemptionConfig)
+    topology: TopologyConfig = Field(default_factory=TopologyConfig)
     status_min_interval_seconds: float = Field(1.0, alias="statusMinIntervalSeconds", ge=0)
     log_level: str = Field("INFO", alias="logLevel", pattern="^(DEBUG|INFO|WARNING|ERROR)$")
     log_format: Literal["text", "json"] = Field("text", alias="logFormat")
@@ -125,6 +130,7 @@ class SchedulerConfig(_Strict):
             max_backoff=self.queue.max_backoff_seconds,
             reservation_after_seconds=self.queue.reservation_after_seconds,
             max_gangs_per_cycle=self.queue.max_gangs_per_cycle,
+            domain_labels=tuple(self.topology.domain_labels),
         )
 
 

@@ -5,6 +5,7 @@ kube-scheduler and kwok, built from source through the Go module proxy.
     e2e/localcluster build                 # build (once) and cache the binaries
     e2e/localcluster up --workdir DIR      # start everything, write DIR/kubeconfig
     e2e/localcluster down --workdir DIR    # stop what `up` started, remove DIR
+    e2e/localcluster kwok --kubeconfig K   # kwok alone, for another cluster (e2e/kind)
 
 Binaries are cached per version under ``$BATCHSCHED_CACHE`` (default
 ``~/.cache/batchsched``); nothing is downloaded prebuilt and nothing lands in
@@ -286,6 +287,18 @@ def _wait(what: str, check, timeout: float, procs: dict[str, subprocess.Popen]) 
     raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
 
 
+def kwok_argv(kwok: Path, kubeconfig: Path) -> list[str]:
+    """kwok simulating the nodes labelled KWOK_NODE_LABEL of the cluster ``kubeconfig`` names."""
+    return [
+        str(kwok), f"--kubeconfig={kubeconfig}",
+        f"--config={HERE / 'kwok-stages.yaml'}",
+        "--manage-all-nodes=false",
+        f"--manage-nodes-with-label-selector={KWOK_NODE_LABEL}={KWOK_NODE_LABEL_VALUE}",
+        f"--server-address=127.0.0.1:{free_port()}",
+        "--node-ip=10.244.0.1", "--cidr=10.244.0.0/16",
+    ]
+
+
 def up(workdir: Path, with_scheduler: bool = True, die_with_parent: bool = False) -> Cluster:
     """Start etcd, kube-apiserver, kwok and (optionally) kube-scheduler."""
     t0 = time.monotonic()
@@ -350,14 +363,7 @@ def up(workdir: Path, with_scheduler: bool = True, die_with_parent: bool = False
         # kwok keeps node heartbeats as Leases there; no controller creates it.
         _request(server, token, "POST", "/api/v1/namespaces",
                  {"metadata": {"name": "kube-node-lease"}})
-        start("kwok", [
-            str(bins["kwok"]), f"--kubeconfig={cluster.kubeconfig}",
-            f"--config={HERE / 'kwok-stages.yaml'}",
-            "--manage-all-nodes=false",
-            f"--manage-nodes-with-label-selector={KWOK_NODE_LABEL}={KWOK_NODE_LABEL_VALUE}",
-            f"--server-address=127.0.0.1:{free_port()}",
-            "--node-ip=10.244.0.1", "--cidr=10.244.0.0/16",
-        ])
+        start("kwok", kwok_argv(bins["kwok"], cluster.kubeconfig))
         if with_scheduler:
             sched_config = workdir / "kube-scheduler.yaml"
             sched_config.write_text(json.dumps({
@@ -443,10 +449,15 @@ def main(argv: list[str] | None = None) -> int:
     p_up.add_argument("--no-scheduler", action="store_true", help="do not start kube-scheduler")
     p_down = sub.add_parser("down", help="stop it and remove the workdir")
     p_down.add_argument("--workdir", type=Path, required=True)
+    p_kwok = sub.add_parser("kwok", help="run kwok (foreground) for the simulated nodes of another cluster")
+    p_kwok.add_argument("--kubeconfig", type=Path, required=True)
     args = parser.parse_args(argv)
     if args.command == "build":
         for name, path in build_all().items():
             print(f"{name}\t{path}")
+    elif args.command == "kwok":
+        argv = kwok_argv(build_all()["kwok"], args.kubeconfig.resolve())
+        os.execv(argv[0], argv)
     elif args.command == "up":
         cluster = up(args.workdir, with_scheduler=not args.no_scheduler)
         print(f"export KUBECONFIG={cluster.kubeconfig}")

@@ -8,6 +8,7 @@ nodes carry, and everything cluster-scoped it made is removed afterwards.
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import uuid
 from pathlib import Path
@@ -116,6 +117,17 @@ def env(kube, kubeconfig) -> Env:
 
 
 @pytest.fixture(scope="session")
+def kubectl() -> str:
+    """kubectl built with the control plane; kubectl from PATH against $KUBECONFIG."""
+    if os.environ.get("KUBECONFIG"):
+        found = shutil.which("kubectl")
+        if found is None:
+            pytest.fail("$KUBECONFIG is set but no kubectl is on PATH")
+        return found
+    return str(localcluster.build_all()["kubectl"])
+
+
+@pytest.fixture(scope="session")
 def shared_dir() -> Path:
     if not SHARED.is_dir():
         pytest.skip(f"shared data not present at {SHARED} (tests reading ../shared skip without it)")
@@ -125,12 +137,18 @@ def shared_dir() -> Path:
 class SchedulerProcess:
     """batchsched run as its own process, as a user would run it."""
 
-    def __init__(self, env: Env, tmp_path: Path, **config):
+    def __init__(self, env: Env, tmp_path: Path, name: str = "scheduler", kubeconfig: str | None = None,
+                 **config):
         self.env = env
-        self.config_path = tmp_path / "scheduler.yaml"
-        self.log_path = tmp_path / "scheduler.log"
+        self.kubeconfig = kubeconfig or env.kubeconfig
+        self.config_path = tmp_path / f"{name}.yaml"
+        self.log_path = tmp_path / f"{name}.log"
         config.setdefault("nodeSelector", env.node_label)
         config.setdefault("logLevel", "DEBUG")
+        # A test's replicas contend for a Lease no other test's replicas use.
+        config.setdefault("leaderElection", {"leaseNamespace": env.namespace})
+        config.setdefault("metricsBindAddress", f"127.0.0.1:{localcluster.free_port()}")
+        self.url = f"http://{config['metricsBindAddress']}"
         self.config_path.write_text(yaml.safe_dump(config))
         self.proc = None
 
@@ -138,7 +156,7 @@ class SchedulerProcess:
         import subprocess
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "batchsched", "run", "--kubeconfig", self.env.kubeconfig,
+            [sys.executable, "-m", "batchsched", "run", "--kubeconfig", self.kubeconfig,
              "--config", str(self.config_path)],
             stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, preexec_fn=localcluster._die_with_parent)
         return self
@@ -160,13 +178,25 @@ class SchedulerProcess:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
+    def get(self, path: str) -> tuple[int, str]:
+        """GET one of its HTTP endpoints: (status, body), (0, "") while it does not answer."""
+        import urllib.error
+        import urllib.request
+        try:
+            with urllib.request.urlopen(self.url + path, timeout=5) as resp:
+                return resp.status, resp.read().decode()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode()
+        except OSError:
+            return 0, ""
+
 
 @pytest.fixture
 def start_scheduler(env, tmp_path, request):
     started: list[SchedulerProcess] = []
 
-    def start(**config) -> SchedulerProcess:
-        proc = SchedulerProcess(env, tmp_path, **config).start()
+    def start(kubeconfig: str | None = None, **config) -> SchedulerProcess:
+        proc = SchedulerProcess(env, tmp_path, f"scheduler-{len(started)}", kubeconfig, **config).start()
         started.append(proc)
         return proc
 

@@ -14,6 +14,16 @@ POD_GROUP_LABEL = f"{GROUP}/pod-group"
 GPU_IDS_ANNOTATION = f"{GROUP}/gpu-ids"
 # A node's GPU interconnect, written by `batchsched topo parse --format annotation`.
 GPU_TOPOLOGY_ANNOTATION = f"{GROUP}/gpu-topology"
+# The kubelet's Topology Manager policy, declared on a node (single-numa-node is enforced).
+TOPOLOGY_MANAGER_POLICY_LABEL = f"{GROUP}/topology-manager-policy"
+
+# Labels of NVIDIA GPU feature discovery that say a node's GPUs are shared or split.
+GPU_SHARING_STRATEGY_LABEL = "nvidia.com/gpu.sharing-strategy"  # none | time-slicing | mps
+GPU_REPLICAS_LABEL = "nvidia.com/gpu.replicas"
+MIG_STRATEGY_LABEL = "nvidia.com/mig.strategy"  # single: nvidia.com/gpu are MIG devices
+MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
+# The NVLink domain (NVL72 rack, ...) of a node, by GPU feature discovery.
+GPU_CLIQUE_LABEL = "nvidia.com/gpu.clique"
 
 # "false" on a pod or PodGroup: never a preemption victim.
 PREEMPTIBLE_ANNOTATION = f"{GROUP}/preemptible"

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from batchsched.api.constants import DEFAULT_SCHEDULER_NAME
+from batchsched.api.constants import DEFAULT_SCHEDULER_NAME, GPU_CLIQUE_LABEL
 
 
 @dataclass(frozen=True)
@@ -13,6 +13,8 @@ class CoreConfig:
     max_backoff: float = 60.0  # the backoff doubles up to this
     reservation_after_seconds: float = 60.0  # see batchsched.core.queueing.queue
     max_gangs_per_cycle: int = 1000  # attempts per cycle; the rest wait a cycle
+    # Node label keys naming a placement domain, smallest kind first (docs/topology.md).
+    domain_labels: tuple[str, ...] = (GPU_CLIQUE_LABEL,)
 
     def __post_init__(self) -> None:
         if not 0 < self.initial_backoff <= self.max_backoff:

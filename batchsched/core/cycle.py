@@ -11,6 +11,7 @@ or beyond ``max_gangs_per_cycle``, gets none and keeps its previous one.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Callable, Collection, Mapping
 
@@ -27,6 +28,7 @@ from batchsched.core.preemption.policy import PreemptionPolicy, PreemptionState
 from batchsched.core.queueing.queue import GangQueue
 from batchsched.core.resources import Resources
 from batchsched.core.snapshot import Snapshot
+from batchsched.core.topology.accounting import gpu_rooms
 
 REASON_SCHEDULED = "Scheduled"
 REASON_UNSCHEDULABLE = "Unschedulable"
@@ -42,6 +44,7 @@ class Binding:
     pod_name: str
     node_name: str
     gang_key: str
+    gpu_ids: tuple[int, ...] = ()  # travel on the Binding as the gpu-ids annotation
 
 
 @dataclass(frozen=True)
@@ -99,14 +102,14 @@ def schedule_cycle(snapshot: Snapshot, queue: GangQueue, config: CoreConfig = Co
 
     node_filter = NodeFilter(snapshot.nodes)
     free = snapshot.free_by_node()
-    _refresh_reservation(snapshot, gangs, queue, node_filter, free)
+    _refresh_reservation(snapshot, gangs, queue, node_filter, free, config)
     cluster_total = _total_allocatable(snapshot)
     # Room nominated to preemptors waiting for their victims is theirs alone.
     holds = NominationHolds.from_snapshot(snapshot)
     withheld = holds.withheld()
     for node, amount in withheld.items():
         free[node] = res.subtract(free[node], amount)
-    capacity = CapacityIndex(snapshot.nodes, free, node_filter)
+    capacity = CapacityIndex(snapshot.nodes, free, node_filter, rooms=gpu_rooms(snapshot))
     evicting: set[str] = set()  # victims chosen earlier in this cycle
     attempts = 0
     for key in queue.ordered():
@@ -124,7 +127,8 @@ def schedule_cycle(snapshot: Snapshot, queue: GangQueue, config: CoreConfig = Co
             continue
         own_holds = _released_for(withheld, holds.withheld(key)) if key in holds.claims else {}
         _give(capacity, own_holds, res.add)
-        result = plan_gang(gang.pending, gang.need, capacity, reserved=queue.reserved_against(key))
+        result = plan_gang(gang.pending, gang.need, capacity, reserved=queue.reserved_against(key),
+                           **_topology_args(gang, config))
         if isinstance(result, PlanFailure):
             queue.record_failure(key, now)
             message = result.message
@@ -140,7 +144,8 @@ def schedule_cycle(snapshot: Snapshot, queue: GangQueue, config: CoreConfig = Co
         if result.unplaced:
             queue.record_failure(key, now)  # back off retrying the members that did not fit
         plan.bindings.extend(
-            Binding(a.pod.uid, a.pod.namespace, a.pod.name, a.node_name, key) for a in result.assignments)
+            Binding(a.pod.uid, a.pod.namespace, a.pod.name, a.node_name, key, a.gpu_ids)
+            for a in result.assignments)
         plan.verdicts[key] = Verdict(True, REASON_SCHEDULED, _scheduled_message(gang, result))
     return plan
 
@@ -177,8 +182,18 @@ def _preempt(snapshot: Snapshot, gangs: Mapping[str, Gang], gang: Gang, policy: 
     return outcome.message
 
 
+def _topology_args(gang: Gang, config: CoreConfig) -> dict:
+    """plan_gang's topology arguments: the gang's policy, its domain label
+    keys resolved (the PodGroup's, else the configured ones), and where its
+    bound members are."""
+    policy = gang.spec.topology
+    if policy.domain_mode and not policy.domain_labels:
+        policy = dataclasses.replace(policy, domain_labels=config.domain_labels)
+    return {"policy": policy, "bound_on": frozenset(p.node_name for p in gang.bound_active)}
+
+
 def _refresh_reservation(snapshot: Snapshot, gangs: Mapping[str, Gang], queue: GangQueue,
-                         node_filter: NodeFilter, free_now: Mapping[str, Resources]) -> None:
+                         node_filter: NodeFilter, free_now: Mapping[str, Resources], config: CoreConfig) -> None:
     """Give the reservation to the first long-waiting gang that is not
     hopeless (see batchsched.core.queueing.queue)."""
     # Among nodes equally good once drained, the freest now should drain first.
@@ -188,9 +203,10 @@ def _refresh_reservation(snapshot: Snapshot, gangs: Mapping[str, Gang], queue: G
         gang = gangs[key]
         if not gang.need:
             continue  # its quorum is bound; extra members reserve nothing
-        drained = snapshot.free_by_node_without(_drains_for(snapshot, gangs, gang))
-        result = plan_gang(gang.pending, gang.need,
-                           CapacityIndex(snapshot.nodes, drained, node_filter, tiebreak=freest_first))
+        drains = _drains_for(snapshot, gangs, gang)
+        drained = CapacityIndex(snapshot.nodes, snapshot.free_by_node_without(drains), node_filter,
+                                tiebreak=freest_first, rooms=gpu_rooms(snapshot, drains))
+        result = plan_gang(gang.pending, gang.need, drained, **_topology_args(gang, config))
         if isinstance(result, PlanFailure):
             queue.mark_hopeless(key)
             continue

@@ -13,6 +13,8 @@ from typing import Any, Mapping
 from batchsched.api import constants
 from batchsched.core import resources as res
 from batchsched.core.resources import Resources
+from batchsched.core.topology.annotation import from_annotation
+from batchsched.core.topology.model import GpuTopology, TopologyError
 
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 
@@ -141,6 +143,25 @@ class NodeInfo:
     taints: tuple[Taint, ...] = ()
     unschedulable: bool = False
     ready: bool = True
+    # From the gpu-topology annotation; None: topology unknown, GPUs treated as flat.
+    topology: GpuTopology | None = None
+    topology_error: str = ""  # why a present annotation was not used
+
+
+NUMA_POLICIES = ("none", "best-effort", "single-numa-node")
+GPU_LINK_POLICIES = ("any", "prefer-nvlink", "require-nvlink")
+DOMAIN_MODES = ("required", "preferred")
+
+
+@dataclass(frozen=True)
+class TopologyPolicy:
+    """A PodGroup's spec.topologyPolicy (docs/topology.md)."""
+
+    numa: str = "none"
+    gpu_link: str = "prefer-nvlink"
+    exclusive_gpus: bool = False  # never on time-sliced or MPS-shared GPUs
+    domain_mode: str = ""  # "" (no domain rule), required or preferred
+    domain_labels: tuple[str, ...] = ()  # the domain's label keys; empty: the scheduler's configured ones
 
 
 @dataclass(frozen=True)
@@ -155,6 +176,7 @@ class GroupSpec:
     schedule_timeout_seconds: int | None = None
     min_resources: Resources = field(default_factory=dict)
     generation: int = 0
+    topology: TopologyPolicy = TopologyPolicy()
     priority_class: str = ""
     preemption_policy: str = "PreemptLowerPriority"  # or Never: this gang never preempts
     preemptible: bool = True  # False: its pods are never victims
@@ -281,6 +303,9 @@ def node_from_json(obj: Mapping[str, Any]) -> NodeInfo:
             allocatable[name] = res.canonical(name, q)
         except res.QuantityError:
             continue  # a malformed quantity makes that resource unavailable
+    topology, topology_error = _node_topology(
+        meta.get("name", ""), (meta.get("annotations") or {}).get(constants.GPU_TOPOLOGY_ANNOTATION),
+        allocatable.get(constants.GPU_RESOURCE, 0))
     return NodeInfo(
         name=meta.get("name", ""),
         allocatable=allocatable,
@@ -292,7 +317,48 @@ def node_from_json(obj: Mapping[str, Any]) -> NodeInfo:
         ),
         unschedulable=bool(spec.get("unschedulable")),
         ready=ready,
+        topology=topology,
+        topology_error=topology_error,
     )
+
+
+def _node_topology(node_name: str, annotation: str | None, gpus: int) -> tuple[GpuTopology | None, str]:
+    """The node's topology, or None and why a present annotation is unusable."""
+    if annotation is None:
+        return None, ""
+    try:
+        topology = from_annotation(annotation)
+    except TopologyError as exc:
+        return None, f"node {node_name}: annotation {constants.GPU_TOPOLOGY_ANNOTATION} is invalid: {exc}"
+    if gpus > len(topology):
+        return None, (f"node {node_name}: annotation {constants.GPU_TOPOLOGY_ANNOTATION} describes "
+                      f"{len(topology)} GPUs but the node allocates {gpus} {constants.GPU_RESOURCE}")
+    return topology, ""
+
+
+def _topology_policy(raw: Any) -> TopologyPolicy:
+    """spec.topologyPolicy; raises ValueError naming the bad field."""
+    if raw is None:
+        return TopologyPolicy()
+    if not isinstance(raw, Mapping):
+        raise ValueError("spec.topologyPolicy must be an object")
+    numa = raw.get("numa", "none")
+    gpu_link = raw.get("gpuLink", "prefer-nvlink")
+    exclusive = raw.get("exclusiveGpus", False)
+    domain = raw.get("domain") or {}
+    if numa not in NUMA_POLICIES:
+        raise ValueError(f"spec.topologyPolicy.numa must be one of {', '.join(NUMA_POLICIES)}, got {numa!r}")
+    if gpu_link not in GPU_LINK_POLICIES:
+        raise ValueError(f"spec.topologyPolicy.gpuLink must be one of {', '.join(GPU_LINK_POLICIES)}, "
+                         f"got {gpu_link!r}")
+    if not isinstance(exclusive, bool):
+        raise ValueError(f"spec.topologyPolicy.exclusiveGpus must be true or false, got {exclusive!r}")
+    if not isinstance(domain, Mapping) or (domain and domain.get("mode") not in DOMAIN_MODES):
+        raise ValueError(f"spec.topologyPolicy.domain.mode must be one of {', '.join(DOMAIN_MODES)}")
+    label = domain.get("labelKey") or ""
+    if not isinstance(label, str):
+        raise ValueError("spec.topologyPolicy.domain.labelKey must be a label key")
+    return TopologyPolicy(numa, gpu_link, exclusive, domain.get("mode", ""), (label,) if label else ())
 
 
 def group_from_json(obj: Mapping[str, Any], priority: int | None = None) -> GroupSpec:
@@ -318,6 +384,7 @@ def group_from_json(obj: Mapping[str, Any], priority: int | None = None) -> Grou
         schedule_timeout_seconds=timeout,
         min_resources=min_resources,
         generation=int(meta.get("generation") or 0),
+        topology=_topology_policy(spec.get("topologyPolicy")),
         priority_class=spec.get("priorityClassName") or "",
         preemption_policy=spec.get("preemptionPolicy") or "PreemptLowerPriority",
         preemptible=((meta.get("annotations") or {}).get(constants.PREEMPTIBLE_ANNOTATION, "true").lower()

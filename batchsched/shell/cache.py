@@ -180,11 +180,20 @@ class ClusterCache:
         labels = (obj.get("metadata") or {}).get("labels") or {}
         return all(labels.get(k) == v for k, v in self.node_selector.items())
 
+    def _convert_node(self, obj: dict, old: NodeInfo | None) -> NodeInfo:
+        node = node_from_json(obj)
+        if node.topology_error and (old is None or old.topology_error != node.topology_error):
+            # reported once per new problem, not on every status update of the node
+            log.warning("%s; treating its GPUs as flat", node.topology_error)
+            self.on_bad_object("Node", obj, node.topology_error)
+        return node
+
     def _replace_nodes(self, items: list[dict]) -> None:
+        old = self.nodes
         self.nodes = {}
         for obj in items:
             if self._selected(obj):
-                node = node_from_json(obj)
+                node = self._convert_node(obj, old.get((obj.get("metadata") or {}).get("name", "")))
                 self.nodes[node.name] = node
         self.capacity_freed = True
         self._notify()
@@ -194,9 +203,8 @@ class ClusterCache:
         if event_type == "DELETED" or not self._selected(obj):
             self.nodes.pop(name, None)
         else:
-            node = node_from_json(obj)
             old = self.nodes.get(name)
-            self.nodes[name] = node
+            node = self.nodes[name] = self._convert_node(obj, old)
             if old != node:
                 self.capacity_freed = True
         self._notify()

@@ -111,9 +111,8 @@ class LeaderElector:
                 renewed = await asyncio.wait_for(self._try_acquire_or_renew(), remaining)
             except asyncio.TimeoutError:
                 renewed = False
-            if not renewed and self.holder != self.identity:
-                break  # someone else holds it: no point retrying
-            if not renewed and self._clock() >= self._valid_until:
+            # someone else holds it (no point retrying), or the deadline passed while trying
+            if not renewed and (self.holder != self.identity or self._clock() >= self._valid_until):
                 break
         self.leading.clear()
         self.lost.set()

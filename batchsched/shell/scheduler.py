@@ -9,16 +9,22 @@ import logging
 import time
 
 from batchsched.config import SchedulerConfig
-from batchsched.core.cycle import REASON_SCHEDULE_TIMEOUT, CyclePlan, Verdict, schedule_cycle
+from batchsched.core.cycle import (
+    REASON_SCHEDULE_TIMEOUT, REASON_UNSCHEDULABLE, CyclePlan, Verdict, schedule_cycle,
+)
 from batchsched.core.gangs import Gang, build_gangs
+from batchsched.core.gpu_pools import gpu_pools
 from batchsched.core.model import parse_time
 from batchsched.core.queueing.queue import GangQueue
+from batchsched.core.snapshot import Snapshot
 from batchsched.core.status import conditions_for, count_members, phase_of
 from batchsched.shell.binder import Binder, BindRequest, BindResult
 from batchsched.shell.cache import ClusterCache
 from batchsched.shell.evictor import Evictor
 from batchsched.shell.kube import Kube
-from batchsched.shell.status import EventRecorder, StatusWriter, group_ref, now_rfc3339, pod_ref
+from batchsched.shell.logs import decision
+from batchsched.shell.metrics import RESULT_SCHEDULED, RESULT_UNSCHEDULABLE, Metrics
+from batchsched.shell.status import EventRecorder, StatusWriter, group_ref, node_ref, now_rfc3339, pod_ref
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +32,8 @@ IDLE_WAKEUP_SECONDS = 5.0
 
 
 class Scheduler:
-    def __init__(self, kube: Kube, config: SchedulerConfig):
+    def __init__(self, kube: Kube, config: SchedulerConfig, leading: asyncio.Event | None = None,
+                 metrics: Metrics | None = None):
         self.kube = kube
         self.config = config
         self.core_config = config.core()
@@ -44,6 +51,15 @@ class Scheduler:
         self.bound_total = 0
         self._tasks: set[asyncio.Task] = set()
         self.cache.on_bad_object = self._bad_object
+        self._node_problems: list[tuple[dict, str]] = []  # (node ref, why) not reported yet
+        # With leader election, the loop waits for this: a standby keeps its
+        # caches warm and acts only once it holds the lease.
+        self.leading = leading
+        self.metrics = metrics or Metrics()
+        self.metrics.read_live(self.queue.depth_by_priority,
+                               lambda: gpu_pools(self.cache.snapshot(time.time()), config.node_pool_label))
+        self.cache.on_watch_restart = lambda kind, why: self.metrics.watch_restarts.labels(kind, why).inc()
+        self.evictor.on_victim = lambda pod, preemptor: self.metrics.preemption_victims.inc()
 
     # ---- lifecycle --------------------------------------------------------------
 
@@ -53,11 +69,14 @@ class Scheduler:
         background.append(asyncio.create_task(self.status.run(), name="status-writer"))
         try:
             await asyncio.gather(*(r.synced.wait() for r in reflectors))
-            self._seed_from_cluster()
             self.ready.set()
             log.info("caches synced: %d nodes, %d pods, %d PodGroups; scheduling as %r",
                      len(self.cache.nodes), len(self.cache.pods), len(self.cache.groups_raw),
                      self.config.scheduler_name)
+            if self.leading is not None and not self.leading.is_set():
+                log.info("standing by until this replica holds the leader lease")
+                await self.leading.wait()
+            self._seed_from_cluster()  # now, so a standby sees what the old leader wrote last
             while True:
                 self.cycle()
                 await self._wait_for_work()
@@ -91,6 +110,9 @@ class Scheduler:
     # ---- one cycle --------------------------------------------------------------
 
     def cycle(self) -> CyclePlan:
+        for ref, why in self._node_problems:
+            self.events.emit(ref, "Warning", "InvalidGpuTopology", why)
+        self._node_problems.clear()
         touched, freed = self.cache.drain_changes()
         for key in touched:
             self.queue.touch(key)
@@ -115,13 +137,32 @@ class Scheduler:
             for task in self.evictor.expire_nominations():
                 self._track(task)
         if plan.bindings:
-            requests = [BindRequest(b.pod_uid, b.namespace, b.pod_name, b.node_name, b.gang_key)
+            requests = [BindRequest(b.pod_uid, b.namespace, b.pod_name, b.node_name, b.gang_key, b.gpu_ids)
                         for b in plan.bindings]
+            eligible_since = self._quorum_eligible_since(plan, snapshot)  # before assuming changes it
             for r in requests:
                 self.cache.assume(r.uid, r.node, r.gpu_ids, self.config.binding.assume_timeout_seconds)
-            self._spawn(self._bind(requests))
+            self._spawn(self._bind(requests, eligible_since))
+        self._count_attempts(plan)
         self._report(plan, touched)
         return plan
+
+    def _quorum_eligible_since(self, plan: CyclePlan, snapshot: Snapshot) -> dict[str, float]:
+        """Gangs whose quorum these bindings complete -> since when each has been eligible."""
+        keys = {b.gang_key for b in plan.bindings if b.gang_key in self.queue}
+        bound: dict[str, int] = {}
+        for pod in snapshot.pods.values():
+            if pod.gang_key in keys and pod.holds_resources and not pod.terminating:
+                bound[pod.gang_key] = bound.get(pod.gang_key, 0) + 1
+        return {key: snapshot.now - self.queue.waited(key, snapshot.now) for key in keys
+                if bound.get(key, 0) < (snapshot.groups[key].min_member if key in snapshot.groups else 1)}
+
+    def _count_attempts(self, plan: CyclePlan) -> None:
+        for verdict in plan.verdicts.values():
+            if verdict.scheduled:
+                self.metrics.scheduling_attempts.labels(RESULT_SCHEDULED).inc()
+            elif verdict.reason == REASON_UNSCHEDULABLE:
+                self.metrics.scheduling_attempts.labels(RESULT_UNSCHEDULABLE).inc()
 
     def _spawn(self, coro) -> None:
         self._track(asyncio.get_running_loop().create_task(coro))
@@ -130,20 +171,31 @@ class Scheduler:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _bind(self, requests: list[BindRequest]) -> None:
+    async def _bind(self, requests: list[BindRequest], eligible_since: dict[str, float]) -> None:
         results = await self.binder.bind_all(requests)
+        by_gang: dict[str, list[BindResult]] = {}
         for result in results:
             self._bound(result)
+            by_gang.setdefault(result.request.gang_key, []).append(result)
+        finished = time.time()
+        for key, outcomes in by_gang.items():
+            bound = [r.request.name for r in outcomes if r.ok]
+            log.info("bound %d of %d pod(s)", len(bound), len(outcomes), extra=decision(key, bound))
+            if key in eligible_since and len(bound) == len(outcomes):
+                self.metrics.gang_e2e_duration.observe(finished - eligible_since[key])
 
     def _bound(self, result: BindResult) -> None:
         req = result.request
+        self.metrics.bind_duration.observe(result.seconds)
         if result.ok:
             self.bound_total += 1
             self.events.emit(pod_ref(req.namespace, req.name, req.uid), "Normal", "Scheduled",
                              f"Successfully assigned {req.namespace}/{req.name} to {req.node}"
                              + (f" (GPUs {','.join(map(str, req.gpu_ids))})" if req.gpu_ids else ""))
             return
-        log.warning("binding %s/%s to %s failed: %s", req.namespace, req.name, req.node, result.error)
+        self.metrics.bind_errors.inc()
+        log.warning("binding %s/%s to %s failed: %s", req.namespace, req.name, req.node, result.error,
+                    extra=decision(req.gang_key, [req.name], node=req.node))
         self.cache.forget(req.uid)
         self.events.emit(pod_ref(req.namespace, req.name, req.uid), "Warning", "FailedBinding",
                          f"Binding to {req.node} failed: {result.error}")
@@ -152,10 +204,12 @@ class Scheduler:
 
     def _report(self, plan: CyclePlan, touched: set[str]) -> None:
         changed = {k for k, v in plan.verdicts.items() if self.verdicts.get(k) != v}
+        pods = self._pods_decided(changed, plan) if changed else {}
         for key in changed:
             verdict = plan.verdicts[key]
             self.verdicts[key] = verdict
-            log.info("gang %s: %s %s", key, verdict.reason, verdict.message)
+            log.info("%s: %s", verdict.reason, verdict.message,
+                     extra=decision(key, pods.get(key, ()), reason=verdict.reason))
             obj = self.cache.groups_raw.get(key)
             if obj is not None:
                 self.events.emit(group_ref(obj), "Normal" if verdict.scheduled else "Warning",
@@ -169,6 +223,19 @@ class Scheduler:
             obj = self.cache.groups_raw.get(key)
             if obj is not None:
                 self._write_status(key, obj, gangs.get(key))
+
+    def _pods_decided(self, keys: set[str], plan: CyclePlan) -> dict[str, list[str]]:
+        """The pods each gang's verdict is about: those placed now, else those pending."""
+        names: dict[str, list[str]] = {}
+        for b in plan.bindings:
+            if b.gang_key in keys:
+                names.setdefault(b.gang_key, []).append(b.pod_name)
+        rest = keys - names.keys()
+        if rest:
+            for pod in self.cache.pods.values():
+                if pod.gang_key in rest and not pod.node_name and pod.scheduler_name == self.config.scheduler_name:
+                    names.setdefault(pod.gang_key, []).append(pod.name)
+        return names
 
     def _event_on_pending_pods(self, key: str, verdict: Verdict) -> None:
         if verdict.scheduled:
@@ -208,6 +275,8 @@ class Scheduler:
     def _bad_object(self, kind: str, obj: dict, why: str) -> None:
         if kind == "PodGroup":
             self.events.emit(group_ref(obj), "Warning", "InvalidPodGroup", why)
+        elif kind == "Node":  # found while syncing, maybe as a standby: the next cycle reports it
+            self._node_problems.append((node_ref(obj), why))
         else:
             meta = obj.get("metadata") or {}
             self.events.emit(pod_ref(meta.get("namespace", ""), meta.get("name", ""), meta.get("uid", "")),

@@ -147,6 +147,12 @@ def pod_ref(namespace: str, name: str, uid: str) -> dict:
     return {"apiVersion": "v1", "kind": "Pod", "namespace": namespace, "name": name, "uid": uid}
 
 
+def node_ref(obj: dict) -> dict:
+    meta = obj.get("metadata") or {}
+    return {"apiVersion": "v1", "kind": "Node", "namespace": "", "name": meta.get("name", ""),
+            "uid": meta.get("uid", "")}
+
+
 def group_ref(obj: dict) -> dict:
     meta = obj.get("metadata") or {}
     return {"apiVersion": constants.API_VERSION, "kind": constants.PODGROUP_KIND,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 from typing import Iterable
 
-from batchsched.api.constants import GPU_RESOURCE, POD_GROUP_LABEL
+from batchsched.api.constants import GPU_IDS_ANNOTATION, GPU_RESOURCE, POD_GROUP_LABEL
 from batchsched.core.model import (
     GroupSpec, NodeInfo, PodInfo, group_from_json, node_from_json, pod_from_json,
 )
@@ -37,7 +37,7 @@ def node(name: str, cpu="8", memory="32Gi", gpu: int = 0, pods=110, labels=None,
 def pod(name: str, ns="default", cpu=None, memory=None, gpu: int = 0, group: str | None = None,
         scheduler="batchsched", node_name: str | None = None, phase="Pending", priority=0,
         created: float = 0.0, node_selector=None, tolerations=(), affinity_terms=None,
-        gated=False, deleting=False) -> PodInfo:
+        gated=False, deleting=False, gpu_ids: str | None = None, extra_limits=None) -> PodInfo:
     requests, limits = {}, {}
     if cpu is not None:
         requests["cpu"] = str(cpu)
@@ -45,6 +45,7 @@ def pod(name: str, ns="default", cpu=None, memory=None, gpu: int = 0, group: str
         requests["memory"] = str(memory)
     if gpu:
         limits[GPU_RESOURCE] = str(gpu)
+    limits.update(extra_limits or {})
     spec = {
         "schedulerName": scheduler,
         "priority": priority,
@@ -63,6 +64,8 @@ def pod(name: str, ns="default", cpu=None, memory=None, gpu: int = 0, group: str
             "creationTimestamp": stamp(created), "labels": {POD_GROUP_LABEL: group} if group else {}}
     if deleting:
         meta["deletionTimestamp"] = stamp(created + 1)
+    if gpu_ids is not None:
+        meta["annotations"] = {GPU_IDS_ANNOTATION: gpu_ids}
     return pod_from_json({"metadata": meta, "spec": spec, "status": {"phase": phase}})
 
 

@@ -12,6 +12,12 @@ an entry whose node changed since it was pushed is stale and skipped.
 A planning attempt works on top of the index without changing it: entries it
 pops are stashed and put back afterwards (``ShapeView.restore``), and the
 free resources it takes are applied only by ``CapacityIndex.commit``.
+
+GPU pods also get GPU ids (``gpus.pick_gpus``): beside the free map the index
+keeps each node's ``GpuRoom`` (free ids, NUMA cpu and memory), and a node
+fits a shape only if a GPU set satisfying the gang's topology policy is
+free there.  Views are per (shape, policy), and their scores put that set's
+quality before packing.
 """
 from __future__ import annotations
 
@@ -21,9 +27,11 @@ from typing import Collection, Mapping
 
 from batchsched.api.constants import GPU_RESOURCE
 from batchsched.core import resources as res
-from batchsched.core.model import NodeInfo, PodInfo
+from batchsched.core.model import NodeInfo, PodInfo, TopologyPolicy
 from batchsched.core.placement.fit import REASON_RESERVED, NodeFilter, placement_key, resource_reasons
+from batchsched.core.placement.gpus import GpuPick, pick_gpus, static_reason
 from batchsched.core.resources import Resources
+from batchsched.core.topology.accounting import GpuRoom
 
 Entry = tuple[tuple, str, int]  # (score, node name, node version)
 
@@ -46,28 +54,45 @@ def shape_key(pod: PodInfo) -> tuple:
 
 
 class ShapeView:
-    """Where pods of one shape can go, given the index's free map."""
+    """Where pods of one shape can go under one topology policy, given the
+    index's free map and GPU rooms."""
 
-    def __init__(self, index: CapacityIndex, pod: PodInfo):
+    def __init__(self, index: CapacityIndex, pod: PodInfo, policy: TopologyPolicy):
         self._index = index
         self.request: Resources = dict(pod.requests)
+        self.policy = policy
         self._wanted = tuple(self.request.items())
         verdict = index.node_filter.evaluate(pod)
-        self.feasible = frozenset(verdict.feasible)
         self._static_counts = Counter(verdict.rejected.values())
+        feasible = []
+        for name in verdict.feasible:
+            reason = static_reason(index.nodes[name], self.request, policy)
+            if reason:
+                self._static_counts[reason] += 1
+            else:
+                feasible.append(name)
+        self.feasible = frozenset(feasible)
         self._short: dict[str, list[str]] = {}  # feasible node -> resources it lacks
         self._short_counts: Counter = Counter()
         self._heap: list[Entry] = []
         self._stash: list[Entry] = []  # popped by the current attempt
-        for name in verdict.feasible:
+        for name in self.feasible:
             self._classify(name, push=False)
         heapq.heapify(self._heap)
 
     def fits(self, free: Mapping[str, int]) -> bool:
         return all(free.get(name, 0) >= amount for name, amount in self._wanted)
 
-    def score(self, name: str, free: Mapping[str, int]) -> tuple:
-        return pack_score(self._index.nodes[name], self.request, free) + self._index.tiebreak.get(name, ())
+    def pick(self, name: str, free: Mapping[str, int], room: GpuRoom | None) -> GpuPick | list[str]:
+        """The GPUs a pod of this shape gets on node ``name``, or why it does not fit."""
+        if not self.fits(free):
+            return resource_reasons(self.request, free)
+        pick = pick_gpus(self._index.nodes[name], room, self.request, self.policy)
+        return [pick] if isinstance(pick, str) else pick
+
+    def score(self, name: str, free: Mapping[str, int], pick: GpuPick) -> tuple:
+        return (pick.quality + pack_score(self._index.nodes[name], self.request, free)
+                + self._index.tiebreak.get(name, ()))
 
     def peek(self, *unusable: Collection[str]) -> Entry | None:
         """The best node that fits the index's free map and is in none of ``unusable``."""
@@ -87,9 +112,10 @@ class ShapeView:
         self._stash.append(entry)
         return entry
 
-    def reason_counts(self, reserved: Collection[str], taken: Mapping[str, Mapping[str, int]]) -> Counter:
+    def reason_counts(self, reserved: Collection[str], taken: Mapping[str, Mapping[str, int]],
+                      rooms: Mapping[str, GpuRoom]) -> Counter:
         """Per-reason node counts for a pod of this shape, with ``reserved``
-        nodes off-limits and ``taken`` overriding the free map."""
+        nodes off-limits and ``taken`` and ``rooms`` overriding the index's."""
         counts = self._static_counts + self._short_counts
         for name in self.feasible.intersection(reserved):
             counts.subtract(self._short.get(name, ()))
@@ -97,22 +123,25 @@ class ShapeView:
         for name, free in taken.items():
             if name in self.feasible and name not in reserved:
                 counts.subtract(self._short.get(name, ()))
-                counts.update(resource_reasons(self.request, free))
+                pick = self.pick(name, free, rooms.get(name, self._index.rooms.get(name)))
+                if isinstance(pick, list):
+                    counts.update(pick)
         return +counts  # drops the zero counts
 
     def _classify(self, name: str, push: bool = True) -> None:
         """File a feasible node as fitting (heap) or short (reasons)."""
         self._short_counts.subtract(self._short.pop(name, ()))
         free = self._index.free.get(name, {})
-        if self.fits(free):
-            entry = (self.score(name, free), name, self._index.versions.get(name, 0))
+        pick = self.pick(name, free, self._index.rooms.get(name))
+        if isinstance(pick, GpuPick):
+            entry = (self.score(name, free, pick), name, self._index.versions.get(name, 0))
             if push:
                 heapq.heappush(self._heap, entry)
             else:
                 self._heap.append(entry)
         else:
-            reasons = self._short[name] = resource_reasons(self.request, free)
-            self._short_counts.update(reasons)
+            self._short[name] = pick
+            self._short_counts.update(pick)
 
     def refresh(self, name: str) -> None:
         """Node ``name`` changed in the index's free map."""
@@ -131,30 +160,36 @@ class ShapeView:
 class CapacityIndex:
     """The running free map of one cycle and the shape views over it.
 
-    ``free`` maps every node name to its free resources and is updated in
-    place by ``commit``.  ``tiebreak`` ranks nodes that score the same (lower
-    first) before their names do.  Build a new index whenever nodes change.
+    ``free`` maps every node name to its free resources and ``rooms`` the
+    nodes whose GPUs have ids to their ``GpuRoom``; ``commit`` updates both
+    in place.  Without ``rooms`` no GPU ids are tracked or chosen.
+    ``tiebreak`` ranks nodes that score the same (lower first) before their
+    names do.  Build a new index whenever nodes change.
     """
 
     def __init__(self, nodes: Mapping[str, NodeInfo], free: dict[str, Resources],
-                 node_filter: NodeFilter | None = None, tiebreak: Mapping[str, tuple] | None = None):
+                 node_filter: NodeFilter | None = None, tiebreak: Mapping[str, tuple] | None = None,
+                 rooms: dict[str, GpuRoom] | None = None):
         self.nodes = nodes
         self.free = free
+        self.rooms = rooms if rooms is not None else {}
         self.node_filter = node_filter or NodeFilter(nodes)
         self.tiebreak = tiebreak or {}
         self.versions: dict[str, int] = {}
         self._views: dict[tuple, ShapeView] = {}
 
-    def view(self, pod: PodInfo) -> ShapeView:
-        key = shape_key(pod)
+    def view(self, pod: PodInfo, policy: TopologyPolicy = TopologyPolicy()) -> ShapeView:
+        key = (shape_key(pod), policy)
         view = self._views.get(key)
         if view is None:
-            view = self._views[key] = ShapeView(self, pod)
+            view = self._views[key] = ShapeView(self, pod, policy)
         return view
 
-    def commit(self, taken: Mapping[str, Resources]) -> None:
-        """Apply a plan: ``taken`` maps each node it uses to its free resources after."""
+    def commit(self, taken: Mapping[str, Resources], rooms: Mapping[str, GpuRoom] | None = None) -> None:
+        """Apply a plan: ``taken`` maps each node it uses to its free
+        resources after, ``rooms`` to its GPU room after."""
         self.free.update(taken)
+        self.rooms.update(rooms or {})
         for name in taken:
             self.versions[name] = self.versions.get(name, 0) + 1
             for view in self._views.values():

@@ -160,13 +160,6 @@ class GpuTopology:
         if missing:
             raise TopologyError(f"NUMA node(s) {sorted(missing)} of some GPU are not declared")
 
-    def __hash__(self) -> int:
-        return self._hash  # computed once: topologies key the chooser's caches
-
-    @cached_property
-    def _hash(self) -> int:
-        return hash((self.gpus, self.links, self.nics, self.numa_nodes))
-
     def __len__(self) -> int:
         return len(self.gpus)
 

@@ -1,0 +1,132 @@
+"""Which GPU ids of each node are taken, and what each NUMA node has left,
+rebuilt from the pods alone -- so a restarted scheduler knows exactly what
+its predecessor handed out.
+
+* A bound pod's ``scheduling.batchsched.io/gpu-ids`` annotation names its
+  GPUs.  GPUs a pod holds without naming them (pods of other schedulers, or
+  ids out of range or already named by another pod) are *used with unknown
+  identity*: they count against the node's nvidia.com/gpu like every GPU
+  (the resource counts stay exact) but mark no id.
+* A node's GPUs have ids when they can be handed out one by one: the
+  topology's GPUs, or ``0..allocatable-1`` when the topology is unknown.
+  GPUs that are shared (time-slicing, MPS, replicas > 1) or carved into MIG
+  devices have none; pods get them by count only.
+* NUMA (topology-known nodes): each NUMA node gets a share of the node's
+  allocatable cpu (its CPUs over all CPUs) and memory (its declared memory,
+  else the cpu share).  A pod whose GPUs all sit in one NUMA node is charged
+  there -- it is where a single-numa-node kubelet put its cpu and memory;
+  any other pod is spread over the NUMA nodes by their shares.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Callable, Iterable, Mapping
+
+from batchsched.api import constants
+from batchsched.core import resources as res
+from batchsched.core.model import NodeInfo, PodInfo
+from batchsched.core.resources import Resources
+from batchsched.core.snapshot import Snapshot
+from batchsched.core.topology.choose import mask_of
+from batchsched.core.topology.model import GpuTopology
+
+_NUMA_RESOURCES = (res.CPU, res.MEMORY)
+
+
+def gpus_shared(node: NodeInfo) -> bool:
+    """GPU feature discovery says the node's GPUs are time-sliced or MPS-shared."""
+    strategy = node.labels.get(constants.GPU_SHARING_STRATEGY_LABEL, "none")
+    replicas = node.labels.get(constants.GPU_REPLICAS_LABEL, "1")
+    return strategy in ("time-slicing", "mps") or (replicas.isdigit() and int(replicas) > 1)
+
+
+def has_mig_devices(node: NodeInfo) -> bool:
+    return node.labels.get(constants.MIG_STRATEGY_LABEL) == "single" or any(
+        name.startswith(constants.MIG_RESOURCE_PREFIX) for name in node.allocatable)
+
+
+def gpu_id_count(node: NodeInfo) -> int:
+    """How many GPU ids the node hands out (0: its GPUs go by count only)."""
+    if gpus_shared(node) or has_mig_devices(node):
+        return 0
+    if node.topology is not None:
+        return len(node.topology)
+    return node.allocatable.get(constants.GPU_RESOURCE, 0)
+
+
+def topology_of(node: NodeInfo) -> GpuTopology | None:
+    """The topology the planner uses: none where GPUs have no ids."""
+    return node.topology if gpu_id_count(node) else None
+
+
+def numa_capacity(node: NodeInfo) -> dict[int, Resources]:
+    """Each NUMA node's share of the node's allocatable cpu and memory."""
+    topology = topology_of(node)
+    if topology is None or not topology.numa_nodes:
+        return {}
+    numa_nodes = topology.numa_nodes
+    if all(n.cpus for n in numa_nodes):
+        cpu_count = max(max(n.cpus) for n in numa_nodes) + 1  # Linux numbers CPUs densely
+        shares = {n.id: (len(n.cpus), cpu_count) for n in numa_nodes}
+    else:
+        shares = {n.id: (1, len(numa_nodes)) for n in numa_nodes}
+    cpu, memory = node.allocatable.get(res.CPU, 0), node.allocatable.get(res.MEMORY, 0)
+    declared = sum(n.memory for n in numa_nodes)
+    capacity = {}
+    for n in numa_nodes:
+        part, whole = shares[n.id]
+        node_memory = (n.memory * min(memory, declared) // declared if all(m.memory for m in numa_nodes)
+                       else memory * part // whole)
+        capacity[n.id] = {res.CPU: cpu * part // whole, res.MEMORY: node_memory}
+    return capacity
+
+
+def numa_of(topology: GpuTopology, gpus: Iterable[int]) -> int | None:
+    """The NUMA node all of ``gpus`` sit in, if there is one."""
+    numas = {topology.gpus[g].numa for g in gpus}
+    return numas.pop() if len(numas) == 1 else None
+
+
+@dataclass(frozen=True)
+class GpuRoom:
+    """What a node has left beyond plain resource counts."""
+
+    free: int  # bit mask of the GPU ids no pod names
+    numa_free: Mapping[int, Resources]  # NUMA node -> cpu and memory left; empty: unknown
+    numa_capacity: Mapping[int, Resources]
+
+    def take(self, gpus: Iterable[int], request: Mapping[str, int], numa: int | None) -> GpuRoom:
+        """Room after a pod with ``request`` takes ``gpus``, its cpu and
+        memory charged to NUMA node ``numa`` (None: spread by share)."""
+        free = self.free & ~mask_of(gpus)
+        if not self.numa_free:
+            return replace(self, free=free)
+        numa_free = dict(self.numa_free)
+        if numa is not None:
+            numa_free[numa] = res.subtract(numa_free[numa], {r: request.get(r, 0) for r in _NUMA_RESOURCES})
+        else:
+            totals = {r: sum(c[r] for c in self.numa_capacity.values()) for r in _NUMA_RESOURCES}
+            for node_id, capacity in self.numa_capacity.items():
+                numa_free[node_id] = res.subtract(numa_free[node_id], {
+                    r: request.get(r, 0) * capacity[r] // totals[r] for r in _NUMA_RESOURCES if totals[r]})
+        return GpuRoom(free, numa_free, self.numa_capacity)
+
+
+def gpu_rooms(snapshot: Snapshot, gone: Callable[[PodInfo], bool] = lambda pod: False) -> dict[str, GpuRoom]:
+    """The room of every node whose GPUs have ids or whose NUMA nodes are
+    known, as if the bound pods for which ``gone`` is true had finished."""
+    rooms: dict[str, GpuRoom] = {}
+    for name, node in snapshot.nodes.items():
+        ids, capacity = gpu_id_count(node), numa_capacity(node)
+        if ids or capacity:
+            rooms[name] = GpuRoom((1 << ids) - 1, capacity, capacity)
+    for pod in snapshot.pods.values():
+        room = rooms.get(pod.node_name)
+        if room is None or not pod.holds_resources or gone(pod):
+            continue
+        asked = pod.requests.get(constants.GPU_RESOURCE, 0)
+        named = [g for g in sorted(set(pod.gpu_ids)) if room.free >> g & 1][:asked]  # in range, unclaimed
+        topology = topology_of(snapshot.nodes[pod.node_name])
+        numa = numa_of(topology, named) if topology and named and len(named) == asked else None
+        rooms[pod.node_name] = room.take(named, pod.requests, numa)
+    return rooms

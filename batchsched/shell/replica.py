@@ -1,0 +1,94 @@
+"""One replica of ``batchsched run``: the scheduler, leader election and the HTTP server.
+
+With leader election on, every replica lists and watches (its caches stay
+warm) but only the lease holder acts: its scheduling loop starts once the
+lease is held, and its API client refuses writes the moment the lease is no
+longer certain (``Kube.may_write``).  A replica that loses the lease exits
+with status 1, to come back as a standby; on SIGTERM the holder stops acting
+and then releases the lease, so a standby takes over within one retry period.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from typing import Callable
+
+from batchsched.config import SchedulerConfig
+from batchsched.shell import server
+from batchsched.shell.kube import Kube
+from batchsched.shell.leader import LeaderElector, default_identity, resolve_lease_namespace
+from batchsched.shell.metrics import Metrics
+from batchsched.shell.scheduler import Scheduler
+
+log = logging.getLogger("batchsched")
+
+EXIT_LOST_LEASE = 1
+
+
+async def _elector(kubeconfig: str | None, config: SchedulerConfig) -> LeaderElector:
+    election = config.leader_election
+    return LeaderElector(
+        # its own connection pool: renewals never wait behind a burst of bindings
+        await Kube.connect(kubeconfig, qps_connections=2),
+        resolve_lease_namespace(election.lease_namespace), election.lease_name, default_identity(),
+        lease_duration=election.lease_duration_seconds, renew_deadline=election.renew_deadline_seconds,
+        retry_period=election.retry_period_seconds)
+
+
+async def run_replica(kubeconfig: str | None, config: SchedulerConfig) -> int:
+    kube = await Kube.connect(kubeconfig)
+    elector = await _elector(kubeconfig, config) if config.leader_election.enabled else None
+    runner = None
+    try:
+        metrics = Metrics()
+        if elector is not None:
+            kube.may_write = elector.is_leading
+            metrics.read_leadership(elector.is_leading)
+        scheduler = Scheduler(kube, config, leading=elector.leading if elector else None, metrics=metrics)
+        runner = await server.serve(config.metrics_bind_address, metrics, _readiness(scheduler, elector))
+        await _run_until_stopped(scheduler, elector)
+    finally:
+        if runner is not None:
+            await runner.cleanup()
+        if elector is not None:
+            await elector.kube.close()
+        await kube.close()
+    if elector is not None and elector.lost.is_set():
+        return EXIT_LOST_LEASE
+    log.info("stopped")
+    return 0
+
+
+def _readiness(scheduler: Scheduler, elector: LeaderElector | None) -> Callable[[], str]:
+    def not_ready() -> str:
+        if not scheduler.ready.is_set():
+            return "watch caches not synced yet"
+        if elector is not None and not elector.observed.is_set():
+            return f"state of Lease {elector.namespace}/{elector.name} not known yet"
+        return ""
+    return not_ready
+
+
+async def _run_until_stopped(scheduler: Scheduler, elector: LeaderElector | None) -> None:
+    """Until SIGTERM or SIGINT, the lease is lost, or the scheduler fails (raised here)."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    scheduling = asyncio.create_task(scheduler.run(), name="scheduler")
+    waiting = [scheduling, asyncio.create_task(stop.wait())]
+    background = []
+    if elector is not None:
+        background.append(asyncio.create_task(elector.run(), name="leader-election"))
+        waiting.append(asyncio.create_task(elector.lost.wait()))
+    try:
+        await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in waiting + background:
+            task.cancel()
+        await asyncio.gather(*waiting, *background, return_exceptions=True)
+        if elector is not None:
+            await elector.release()  # only now that the scheduler has stopped acting
+    if not scheduling.cancelled() and scheduling.exception():
+        raise scheduling.exception()
