@@ -268,3 +268,22 @@ def test_schedule_timeout_marks_the_gang_failed_and_stops_trying(env, start_sche
              == "ScheduleTimeout", timeout=30)
     assert env.podgroup("late")["status"]["phase"] == "Failed"
     assert env.bound() == {}
+
+
+def test_explain_answers_why_a_gang_is_pending_from_the_live_cluster(env):
+    """`batchsched explain` reads the cluster itself (no scheduler needs to run)."""
+    import subprocess
+    import sys
+
+    env.add_node("gpu0", gpus=8)
+    env.add_node("cpu0", gpus=0)
+    make_gang(env, "train", 2, gpus=8, cpu="1")
+    out = subprocess.run([sys.executable, "-m", "batchsched", "explain", f"{env.namespace}/train",
+                          "--kubeconfig", env.kubeconfig], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    text = out.stdout
+    assert f"Gang {env.namespace}/train: minMember 2" in text
+    assert "pods asking nvidia.com/gpu in limits: 2/2" in text
+    assert f"{env.id}-cpu0: Insufficient nvidia.com/gpu" in text
+    assert f"{env.id}-gpu0: fits (1 such pod(s))" in text
+    assert "the gang needs 2 placed at once" in text
