@@ -27,20 +27,13 @@ DGX1_NVLINK = {(0, 1), (0, 2), (0, 3), (0, 4), (1, 2), (1, 3), (1, 5), (2, 3), (
 
 
 @pytest.fixture(params=sorted(SOURCES))
-def captures(request, shared_dir_or_none) -> tuple[str, str]:
-    """Annotation values for a DGX-1 and a PCIe server."""
+def captures(request) -> tuple[str, str]:
+    """Annotation values for a DGX-1 and a PCIe server, made by our own parser."""
     paths = SOURCES[request.param]
     if request.param == "shared":
-        if shared_dir_or_none is None:
-            pytest.skip("../shared is absent: the real captures are not available")
-        paths = tuple(shared_dir_or_none / "data" / "topologies" / name for name in paths)
+        shared = request.getfixturevalue("shared_dir")  # skips, saying why, without ../shared
+        paths = tuple(shared / "data" / "topologies" / name for name in paths)
     return tuple(to_annotation(parse_topo(Path(p).read_text())) for p in paths)
-
-
-@pytest.fixture
-def shared_dir_or_none():
-    shared = Path(__file__).resolve().parents[2].parent / "shared"
-    return shared if shared.is_dir() else None
 
 
 def topology_node(env, name: str, annotation: str, **kwargs) -> str:

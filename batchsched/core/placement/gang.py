@@ -141,10 +141,11 @@ def _attempt(shapes: Sequence[_Shape], capacity: CapacityIndex, reserved: Collec
                     trial.failure_counts = view.reason_counts(reserved, taken, rooms)
                 break
             before = taken[name] if name in taken else capacity.free.get(name, {})
-            pick = view.pick(name, before, room(name))  # a GpuPick: only fitting nodes are queued
+            room_before = room(name)
+            pick = view.pick(name, before, room_before)  # a GpuPick: only fitting nodes are queued
             left = taken[name] = res.subtract(before, view.request)
-            if room(name) is not None:
-                rooms[name] = room(name).take(pick.gpus, view.request, pick.numa)
+            if room_before is not None:
+                rooms[name] = room_before.take(pick.gpus, view.request, pick.numa)
             trial.placed.append(Assignment(pod, name, pick.gpus))
             pick = view.pick(name, left, room(name))
             if isinstance(pick, GpuPick):

@@ -18,7 +18,7 @@ direction) and a falling PCIe peer-to-peer figure per hop class.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from typing import Iterable
 
@@ -134,7 +134,7 @@ class GpuTopology:
     gpus: tuple[Gpu, ...]
     links: tuple[tuple[Link | None, ...], ...]
     nics: tuple[Nic, ...] = ()
-    numa_nodes: tuple[NumaNode, ...] = field(default=())
+    numa_nodes: tuple[NumaNode, ...] = ()
 
     def __post_init__(self) -> None:
         n = len(self.gpus)

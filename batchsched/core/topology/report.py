@@ -57,7 +57,7 @@ def describe(topology: GpuTopology) -> str:
         shape = "all-to-all" if len(linked) == len(pairs) else f"{len(linked)} of {len(pairs)} pairs linked"
         lines.append(f"  GPUs {format_cpu_list(group)}: {shape} ({kinds})")
     if not groups:
-        lines.append("  none: every pair of GPUs talks over PCIe")
+        lines.append("  none: every pair of GPUs talks over PCIe" if n > 1 else "  none (one GPU)")
     if topology.nics:
         lines.append("NICs (closest GPUs):")
         for nic in topology.nics:
@@ -72,7 +72,8 @@ def describe(topology: GpuTopology) -> str:
     for i in range(n):
         cells = "".join(("X" if i == j else str(topology.link(i, j))).ljust(width) for j in range(n))
         lines.append(f"GPU{i}".ljust(width) + cells.rstrip())
-    lines.append("Best set per size (worst link, NUMA nodes):")
+    if n > 1:
+        lines.append("Best set per size (worst link, NUMA nodes):")
     for k in range(2, n + 1):
         choice = choose_gpus(topology, everyone, k)
         lines.append(f"  {k}: GPUs {format_cpu_list(choice.gpus)} ({link_name(choice.worst)}, "
