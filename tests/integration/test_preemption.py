@@ -3,7 +3,12 @@ from __future__ import annotations
 
 import pytest
 
+from batchsched.api.constants import GPU_IDS_ANNOTATION, GPU_TOPOLOGY_ANNOTATION
+from batchsched.core.topology.annotation import to_annotation
+from batchsched.core.topology.choose import choose_gpus, mask_of
+from batchsched.core.topology.parse import parse_topo
 from tests.integration.test_gang_scheduling import condition, make_gang, members_bound
+from tests.unit.topology_support import FIXTURES
 from tests.support.kube import wait_for
 from tests.support.objects import pod, priority_class
 
@@ -25,16 +30,21 @@ class Classes:
             env.add_cluster_object(priority_class(name, value))
 
 
-def fill_with_inference(env, nodes, per_node: int, priority_class_name: str, linger: bool = False) -> list[str]:
-    """Single-GPU inference pods placed directly on the nodes, Running."""
+def fill_with_inference(env, nodes, per_node: int, priority_class_name: str, linger: bool = False,
+                        gpu_order: list[int] | None = None) -> list[str]:
+    """Single-GPU inference pods placed directly on the nodes, Running; with
+    ``gpu_order``, pod i names GPU gpu_order[i] in its gpu-ids annotation."""
     names = []
     for node in nodes:
         for i in range(per_node):
             p = pod(f"inf-{node[-4:]}-{i}", env.namespace, gpus=1, cpu="1", scheduler="default-scheduler",
                     priority_class=priority_class_name, labels=INFERENCE)
             p["spec"]["nodeName"] = node
+            p["metadata"]["annotations"] = {}
+            if gpu_order:
+                p["metadata"]["annotations"][GPU_IDS_ANNOTATION] = str(gpu_order[i])
             if linger:
-                p["metadata"]["annotations"] = {"batchsched.io/linger": "true"}
+                p["metadata"]["annotations"]["batchsched.io/linger"] = "true"
                 p["spec"]["terminationGracePeriodSeconds"] = 600
             env.create(p)
             names.append(p["metadata"]["name"])
@@ -54,15 +64,22 @@ def wait_verdict(env, group: str, text: str, timeout: float = 30) -> str:
 
 
 # 1
-def test_training_gang_evicts_only_what_it_needs_then_binds(env, start_scheduler):
+def test_training_gang_evicts_only_what_it_needs_then_binds_on_aligned_gpus(env, start_scheduler):
     pc = Classes(env)
-    nodes = [env.add_node(f"gpu{i}", gpus=8) for i in range(2)]
-    inference = fill_with_inference(env, nodes, 8, pc.low)
+    dgx1 = parse_topo((FIXTURES / "dgx1-hybrid-cube-mesh-8gpu.txt").read_text())
+    annotation = {GPU_TOPOLOGY_ANNOTATION: to_annotation(dgx1)}
+    nodes = [env.add_node(f"gpu{i}", gpus=8, annotations=annotation) for i in range(2)]
+    # the pods' names interleave the two NVLink quads, so the cheapest victims by name alone are scattered
+    inference = fill_with_inference(env, nodes, 8, pc.low, gpu_order=[0, 5, 2, 7, 1, 4, 3, 6])
     make_gang(env, "train", 2, group_spec={"priorityClassName": pc.high}, gpus=4, cpu="1",
               priority_class=pc.high)
     start_scheduler(**preemption_config())
     wait_for("gang bound", lambda: len(members_bound(env, "train-")) == 2, timeout=60)
     assert len(inference) - len(alive(env, inference)) == 8, "evicted more (or fewer) than needed"
+    best = choose_gpus(dgx1, mask_of(range(8)), 4).objective[:3]
+    for name in ("train-0", "train-1"):
+        ids = [int(g) for g in env.pods()[name]["metadata"]["annotations"][GPU_IDS_ANNOTATION].split(",")]
+        assert choose_gpus(dgx1, mask_of(ids), 4).objective[:3] == best, f"{name} got {ids}"
     events = env.kube.get(f"/api/v1/namespaces/{env.namespace}/events")["items"]
     preempted = [e for e in events if e["reason"] == "Preempted"]
     assert len(preempted) == 8 and all("train" in e["message"] for e in preempted)

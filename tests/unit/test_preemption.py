@@ -130,3 +130,50 @@ def test_terminating_room_already_claimed_is_not_counted_twice():
     # "mid" must evict two running pods for itself: the four going GPUs are big's
     assert len(plan.evictions) == 2
     assert all(not e.pod.terminating for e in plan.evictions)
+
+
+# --- with GPU topology ---------------------------------------------------------
+
+def _dgx1_with_inference(gpu_ids_per_pod, priority=10):
+    from tests.unit.topology_support import fixture, topology_node
+    node_a = topology_node("a", fixture("dgx1-hybrid-cube-mesh-8gpu.txt"))
+    pods = [pod(f"inf-{i}", gpu=1, node_name="a", phase="Running", priority=priority,
+                scheduler="default-scheduler", gpu_ids=str(g)) for i, g in enumerate(gpu_ids_per_pod)]
+    return node_a, pods
+
+
+def test_victims_free_an_aligned_quad_rather_than_scattered_gpus():
+    """All eight GPUs of a DGX-1 are held by single-GPU pods: a 4-GPU pod
+    costs four victims wherever they are, so the four chosen must be a
+    fully NVLink-connected quad."""
+    from batchsched.core.topology.choose import choose_gpus, mask_of
+    from tests.unit.topology_support import fixture
+
+    # named so that the cheapest-first order alone would free GPUs 0, 5, 2, 7: no NVLink quad
+    node_a, pods = _dgx1_with_inference([0, 5, 2, 7, 1, 4, 3, 6])
+    plan = cycle(snapshot([node_a], pods + [pod("quad", gpu=4, priority=100)]))
+    freed = sorted(g for e in plan.evictions for g in e.pod.gpu_ids)
+    assert len(freed) == 4
+    topology = fixture("dgx1-hybrid-cube-mesh-8gpu.txt")
+    best = choose_gpus(topology, mask_of(range(8)), 4)
+    # worst link, bandwidth and NUMA spread of the best quad (what it leaves behind differs)
+    assert choose_gpus(topology, mask_of(freed), 4).objective[:3] == best.objective[:3]
+
+
+def test_a_topology_policy_the_counts_alone_would_break_is_kept():
+    """Two GPUs are free but not NVLink-joined; require-nvlink makes the
+    preemptor evict a pod that frees an NVLink partner instead of nothing."""
+    from batchsched.core.model import TopologyPolicy
+    from batchsched.core.topology.choose import mask_of
+    from tests.unit.topology_support import fixture
+
+    topology = fixture("dgx1-hybrid-cube-mesh-8gpu.txt")
+    pairs = [(a, b) for a in range(8) for b in range(a + 1, 8) if topology.link(a, b).is_nvlink]
+    unjoined = next((a, b) for a in range(8) for b in range(a + 1, 8) if (a, b) not in pairs)
+    node_a, pods = _dgx1_with_inference([g for g in range(8) if g not in unjoined])
+    preemptor = pod("pair-0", gpu=2, priority=100, group="pair")
+    spec = replace(group("pair", min_member=1), topology=TopologyPolicy(gpu_link="require-nvlink"))
+    plan = cycle(snapshot([node_a], pods + [preemptor], [spec]))
+    assert plan.evictions, "the free pair is not NVLink-joined: someone must go"
+    freed = {g for e in plan.evictions for g in e.pod.gpu_ids} | set(unjoined)
+    assert any(mask_of(p) & ~mask_of(freed) == 0 for p in pairs)

@@ -21,16 +21,20 @@ and never more than ``max_victims_per_cycle``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Collection, Mapping
+from typing import Collection, Iterable, Mapping
 
+from batchsched.api.constants import GPU_RESOURCE
 from batchsched.core import resources as res
 from batchsched.core.gangs import Gang
-from batchsched.core.model import PodInfo
+from batchsched.core.model import NodeInfo, PodInfo, TopologyPolicy
 from batchsched.core.placement.capacity import pack_score
 from batchsched.core.placement.fit import NodeFilter
+from batchsched.core.placement.gpus import GpuPick, pick_gpus, static_reason
 from batchsched.core.preemption.policy import GANG_VICTIMS_NEVER, PreemptionPolicy, PreemptionState
 from batchsched.core.resources import Resources
 from batchsched.core.snapshot import Snapshot
+from batchsched.core.topology.accounting import GpuRoom, charged_numa
+from batchsched.core.topology.choose import mask_of
 
 Cost = tuple[int, int, int, int]
 NO_COST: Cost = (0, -(2**31), 0, 0)
@@ -130,10 +134,13 @@ def _cheapest_on_node(request: Resources, free: Resources, node: str,
 
 def plan_preemption(snapshot: Snapshot, gangs: Mapping[str, Gang], gang: Gang,
                     policy: PreemptionPolicy, state: PreemptionState, free: Mapping[str, Resources],
-                    node_filter: NodeFilter, going: Mapping[str, Resources], off_limits: Collection[str] = (),
+                    node_filter: NodeFilter, going: Mapping[str, Resources],
+                    rooms: Mapping[str, GpuRoom] | None = None, off_limits: Collection[str] = (),
                     excluded: Collection[str] = ()) -> PreemptionPlan | NoPreemption:
     """``free``: what the gang may use now; ``going``: terminating room that
-    will be the gang's once it is gone (NominationHolds.going_for)."""
+    will be the gang's once it is gone (NominationHolds.going_for); ``rooms``:
+    the nodes' GPU ids and NUMA room, when they are tracked."""
+    rooms = rooms or {}
     why_not = policy.may_preempt(gang.spec, gang.priority, gang.members)
     if why_not:
         return NoPreemption(f"Gang {gang.key} may not preempt: {why_not}.")
@@ -148,26 +155,36 @@ def plan_preemption(snapshot: Snapshot, gangs: Mapping[str, Gang], gang: Gang,
         for node in unit.freed:
             by_node.setdefault(node, []).append(unit)
 
+    gpu_room = dict(rooms)
+    for pod in snapshot.pods.values():  # terminating pods' GPUs count as free, like their room
+        if pod.terminating and pod.holds_resources and pod.node_name in gpu_room:
+            gpu_room[pod.node_name] = _without(gpu_room[pod.node_name], snapshot.nodes[pod.node_name], [pod])
     chosen: dict[str, VictimUnit] = {}
     nominations: list[tuple[PodInfo, str]] = []
-    quorum = sorted(gang.pending, key=lambda p: (-p.requests.get("nvidia.com/gpu", 0),
+    quorum = sorted(gang.pending, key=lambda p: (-p.requests.get(GPU_RESOURCE, 0),
                                                  -p.requests.get(res.CPU, 0), p.created, p.name))
     for pod in quorum[:gang.need]:
         best: tuple | None = None
         for node in node_filter.evaluate(pod).feasible:
-            if node in off_limits or node in state.cooling_nodes:
+            if (node in off_limits or node in state.cooling_nodes
+                    or static_reason(snapshot.nodes[node], pod.requests, gang.spec.topology)):
                 continue
             candidates = [u for u in by_node.get(node, ()) if u.key not in chosen]
             extra = _cheapest_on_node(pod.requests, room[node], node, candidates)
             if extra is None:
                 continue
+            fitted = _with_gpus(snapshot.nodes[node], gpu_room.get(node), room[node], pod.requests,
+                                gang.spec.topology, extra, candidates)
+            if fitted is None:
+                continue
+            extra, pick = fitted
             after = room[node]
             for unit in extra:
                 after = res.add(after, unit.freed[node])
-            rank = (combined_cost(list(chosen.values()) + extra),
+            rank = (combined_cost(list(chosen.values()) + extra), pick.quality if pick else (),
                     pack_score(snapshot.nodes[node], pod.requests, after), node)
             if best is None or rank < best[0]:
-                best = (rank, node, extra)
+                best = (rank, node, extra, pick)
         if best is None:
             message = (f"Gang {gang.key} would not fit even after evicting every pod policy allows; "
                        "nothing was evicted.")
@@ -176,12 +193,17 @@ def plan_preemption(snapshot: Snapshot, gangs: Mapping[str, Gang], gang: Gang,
                 message += (f" {len(state.refused)} candidate victim(s) could not be evicted lately, "
                             f"e.g. {snapshot.pods[uid].key if uid in snapshot.pods else uid}: {why}")
             return NoPreemption(message)
-        _, node, extra = best
+        _, node, extra, pick = best
         for unit in extra:
             chosen[unit.key] = unit
             for where, amount in unit.freed.items():
                 room[where] = res.add(room.get(where, {}), amount)
+                if where in gpu_room:
+                    gpu_room[where] = _without(gpu_room[where], snapshot.nodes[where],
+                                               [p for p in unit.pods if p.node_name == where])
         room[node] = res.subtract(room[node], pod.requests)
+        if pick is not None:
+            gpu_room[node] = gpu_room[node].take(pick.gpus, pod.requests, pick.numa)
         nominations.append((pod, node))
 
     victims = tuple(p for u in chosen.values() for p in u.pods)
@@ -195,6 +217,60 @@ def plan_preemption(snapshot: Snapshot, gangs: Mapping[str, Gang], gang: Gang,
     else:
         message = f"Gang {gang.key} waits for terminating pods on {', '.join(nodes)}."
     return PreemptionPlan(gang.key, victims, tuple(nominations), message)
+
+
+def _without(room: GpuRoom, node: NodeInfo, pods: Iterable[PodInfo]) -> GpuRoom:
+    """``room`` once ``pods`` (bound to ``node``) are gone."""
+    for pod in pods:
+        asked = pod.requests.get(GPU_RESOURCE, 0)
+        named = [g for g in sorted(set(pod.gpu_ids)) if not room.free >> g & 1][:asked]
+        room = room.give(named, pod.requests, charged_numa(node, named, asked))
+    return room
+
+
+def _with_gpus(node: NodeInfo, gpu_room: GpuRoom | None, free: Resources, request: Resources,
+               topology_policy: TopologyPolicy, extra: list[VictimUnit],
+               candidates: list[VictimUnit]) -> tuple[list[VictimUnit], GpuPick | None] | None:
+    """Make the victims on ``node`` give the pod GPUs its gang's topology
+    policy accepts, and among equally cheap victim sets prefer the one that
+    frees the best-connected set; None when no victim set does."""
+    if gpu_room is None or not request.get(GPU_RESOURCE, 0):
+        return extra, None
+
+    def pick_for(units: list[VictimUnit]) -> GpuPick | str:
+        pods = [p for u in units for p in u.pods if p.node_name == node.name]
+        return pick_gpus(node, _without(gpu_room, node, pods), request, topology_policy)
+
+    pick = pick_for(extra)
+    if isinstance(pick, str):  # the policy needs more room than the counts do
+        more = list(extra)
+        for unit in candidates:
+            if unit not in more:
+                more.append(unit)
+                pick = pick_for(more)
+                if not isinstance(pick, str):
+                    break
+        if isinstance(pick, str):
+            return None
+        extra = more
+    ideal = pick_for(candidates)
+    if isinstance(ideal, str) or ideal.gpus == pick.gpus:
+        return extra, pick
+    wanted = mask_of(ideal.gpus)
+    holding = [u for u in candidates if any(mask_of(p.gpu_ids) & wanted for p in u.pods
+                                            if p.node_name == node.name)]
+    room = free
+    for unit in holding:
+        room = res.add(room, unit.freed[node.name])
+    topping = _cheapest_on_node(request, room, node.name, [u for u in candidates if u not in holding])
+    if topping is None:
+        return extra, pick
+    aligned = holding + topping
+    aligned_pick = pick_for(aligned)
+    if (not isinstance(aligned_pick, str) and combined_cost(aligned) <= combined_cost(extra)
+            and aligned_pick.quality <= pick.quality):
+        return aligned, aligned_pick
+    return extra, pick
 
 
 @dataclass

@@ -98,18 +98,35 @@ class GpuRoom:
     def take(self, gpus: Iterable[int], request: Mapping[str, int], numa: int | None) -> GpuRoom:
         """Room after a pod with ``request`` takes ``gpus``, its cpu and
         memory charged to NUMA node ``numa`` (None: spread by share)."""
-        free = self.free & ~mask_of(gpus)
+        return self._move(gpus, request, numa, res.subtract)
+
+    def give(self, gpus: Iterable[int], request: Mapping[str, int], numa: int | None) -> GpuRoom:
+        """Room after such a pod is gone (the inverse of ``take``)."""
+        return self._move(gpus, request, numa, res.add)
+
+    def _move(self, gpus: Iterable[int], request: Mapping[str, int], numa: int | None,
+              op: Callable[[Mapping[str, int], Mapping[str, int]], Resources]) -> GpuRoom:
+        mask = mask_of(gpus)
+        free = self.free & ~mask if op is res.subtract else self.free | mask
         if not self.numa_free:
             return replace(self, free=free)
         numa_free = dict(self.numa_free)
         if numa is not None:
-            numa_free[numa] = res.subtract(numa_free[numa], {r: request.get(r, 0) for r in _NUMA_RESOURCES})
+            numa_free[numa] = op(numa_free[numa], {r: request.get(r, 0) for r in _NUMA_RESOURCES})
         else:
             totals = {r: sum(c[r] for c in self.numa_capacity.values()) for r in _NUMA_RESOURCES}
             for node_id, capacity in self.numa_capacity.items():
-                numa_free[node_id] = res.subtract(numa_free[node_id], {
+                numa_free[node_id] = op(numa_free[node_id], {
                     r: request.get(r, 0) * capacity[r] // totals[r] for r in _NUMA_RESOURCES if totals[r]})
         return GpuRoom(free, numa_free, self.numa_capacity)
+
+
+def charged_numa(node: NodeInfo, gpus: Iterable[int], asked: int) -> int | None:
+    """The NUMA node a bound pod's cpu and memory were charged to: where all
+    its named GPUs sit, when it named all it asked for; else None (spread)."""
+    named = list(gpus)
+    topology = topology_of(node)
+    return numa_of(topology, named) if topology and named and len(named) == asked else None
 
 
 def gpu_rooms(snapshot: Snapshot, gone: Callable[[PodInfo], bool] = lambda pod: False) -> dict[str, GpuRoom]:
@@ -126,7 +143,6 @@ def gpu_rooms(snapshot: Snapshot, gone: Callable[[PodInfo], bool] = lambda pod: 
             continue
         asked = pod.requests.get(constants.GPU_RESOURCE, 0)
         named = [g for g in sorted(set(pod.gpu_ids)) if room.free >> g & 1][:asked]  # in range, unclaimed
-        topology = topology_of(snapshot.nodes[pod.node_name])
-        numa = numa_of(topology, named) if topology and named and len(named) == asked else None
-        rooms[pod.node_name] = room.take(named, pod.requests, numa)
+        rooms[pod.node_name] = room.take(named, pod.requests, charged_numa(snapshot.nodes[pod.node_name],
+                                                                           named, asked))
     return rooms
