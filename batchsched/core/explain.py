@@ -7,12 +7,16 @@ in their limits.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Mapping
 
 from batchsched.api import constants
 from batchsched.core import resources as res
 from batchsched.core.gangs import build_gangs
+from batchsched.core.model import NodeInfo, TopologyPolicy
 from batchsched.core.placement.fit import fit_reasons
+from batchsched.core.placement.gpus import pick_gpus, static_reason
 from batchsched.core.snapshot import Snapshot
+from batchsched.core.topology.accounting import GpuRoom, gpu_rooms
 
 
 @dataclass
@@ -63,6 +67,7 @@ def explain_gang(snapshot: Snapshot, gang_key: str) -> Report:
     if gpu_asked and not advertising:
         report.add("  -> no node advertises GPUs: is the NVIDIA device plugin running on the GPU nodes?")
 
+    rooms = gpu_rooms(snapshot)
     shapes: dict[tuple, list] = {}
     for pod in gang.pending:
         shapes.setdefault(tuple(sorted(pod.requests.items())), []).append(pod)
@@ -72,15 +77,29 @@ def explain_gang(snapshot: Snapshot, gang_key: str) -> Report:
         report.add(f"{len(pods)} pending pod(s) like {pod.name} asking {asks}:")
         fitting = 0
         for name in sorted(snapshot.nodes):
-            reasons = fit_reasons(pod, snapshot.nodes[name], free[name])
+            node = snapshot.nodes[name]
+            reasons = fit_reasons(pod, node, free[name]) or _topology_reasons(
+                node, rooms.get(name), pod.requests, gang.spec.topology)
             if reasons:
                 report.add(f"  {name}: " + "; ".join(reasons))
             else:
                 slots = _how_many(pod.requests, free[name])
                 fitting += slots
-                report.add(f"  {name}: fits ({slots} such pod(s))")
+                gpus = pick_gpus(node, rooms.get(name), pod.requests, gang.spec.topology)
+                ids = f", GPUs {','.join(map(str, gpus.gpus))} for the first" if gpus.gpus else ""
+                report.add(f"  {name}: fits ({slots} such pod(s){ids})")
         report.add(f"  => room for {fitting} such pod(s) now; the gang needs {gang.need} placed at once")
     return report
+
+
+def _topology_reasons(node: NodeInfo, room: GpuRoom | None, request: Mapping[str, int],
+                      policy: TopologyPolicy) -> list[str]:
+    """The gang's topology policy's verdict on a node whose counts fit."""
+    why = static_reason(node, request, policy)
+    if not why:
+        pick = pick_gpus(node, room, request, policy)
+        why = pick if isinstance(pick, str) else ""
+    return [why] if why else []
 
 
 def _how_many(request: dict[str, int], free: dict[str, int]) -> int:

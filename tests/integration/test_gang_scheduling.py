@@ -285,5 +285,5 @@ def test_explain_answers_why_a_gang_is_pending_from_the_live_cluster(env):
     assert f"Gang {env.namespace}/train: minMember 2" in text
     assert "pods asking nvidia.com/gpu in limits: 2/2" in text
     assert f"{env.id}-cpu0: Insufficient nvidia.com/gpu" in text
-    assert f"{env.id}-gpu0: fits (1 such pod(s))" in text
+    assert f"{env.id}-gpu0: fits (1 such pod(s), GPUs 0,1,2,3,4,5,6,7 for the first)" in text
     assert "the gang needs 2 placed at once" in text

@@ -1,0 +1,34 @@
+"""`batchsched explain` reports (pure)."""
+from dataclasses import replace
+
+from batchsched.core.explain import explain_gang
+from batchsched.core.model import TopologyPolicy
+from tests.unit.helpers import gang_pods, group, node, pod, snapshot
+from tests.unit.topology_support import fixture, topology_node
+
+
+def test_report_answers_the_gpu_checklist_and_names_each_node():
+    snap = snapshot([node("cpu", cpu="8"), node("gpu", gpu=8)], gang_pods("g", 2, gpu=8),
+                    [group("g", min_member=2)])
+    text = str(explain_gang(snap, "default/g"))
+    assert "pods asking nvidia.com/gpu in limits: 2/2" in text
+    assert "nodes advertising nvidia.com/gpu: 1/2 (8 allocatable, 8 free)" in text
+    assert "cpu: Insufficient nvidia.com/gpu" in text
+    assert "gpu: fits (1 such pod(s), GPUs 0,1,2,3,4,5,6,7 for the first)" in text
+    assert "the gang needs 2 placed at once" in text
+
+
+def test_report_flags_missing_device_plugin_and_quorum():
+    snap = snapshot([node("cpu")], gang_pods("g", 1, gpu=1), [group("g", min_member=2)])
+    text = str(explain_gang(snap, "default/g"))
+    assert "quorum not reached: 1 active members, minMember 2" in text
+    assert "no node advertises GPUs" in text
+
+
+def test_report_applies_the_gangs_topology_policy():
+    """Only PCIe paths left free on a PCIe server: counts fit, require-nvlink does not."""
+    pcie = topology_node("pcie", fixture("pcie-switch-pairs-8gpu.txt"))
+    spec = replace(group("g", min_member=1), topology=TopologyPolicy(gpu_link="require-nvlink"))
+    text = str(explain_gang(snapshot([pcie], [pod("g-0", gpu=2, group="g")], [spec]), "default/g"))
+    assert "pcie: node(s) had no free GPUs all joined by NVLink" in text
+    assert "room for 0 such pod(s)" in text
