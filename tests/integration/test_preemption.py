@@ -53,6 +53,17 @@ def fill_with_inference(env, nodes, per_node: int, priority_class_name: str, lin
     return names
 
 
+def full_nodes_and_training_gang(env, pc: Classes, inference_class: str, size: int = 2, gpus: int = 4,
+                                 nodes: int = 2, **group_spec) -> list[str]:
+    """``nodes`` 8-GPU nodes full of inference pods, and a high-priority
+    training gang of ``size`` pods x ``gpus`` waiting; returns the inference pods."""
+    names = [env.add_node(f"gpu{i}", gpus=8) for i in range(nodes)]
+    inference = fill_with_inference(env, names, 8, inference_class)
+    make_gang(env, "train", size, group_spec={"priorityClassName": pc.high, **group_spec}, gpus=gpus, cpu="1",
+              priority_class=pc.high)
+    return inference
+
+
 def alive(env, names) -> list[str]:
     pods = env.pods()
     return [n for n in names if n in pods and not pods[n]["metadata"].get("deletionTimestamp")]
@@ -88,12 +99,9 @@ def test_training_gang_evicts_only_what_it_needs_then_binds_on_aligned_gpus(env,
 # 2
 def test_pdb_that_allows_no_disruption_stops_preemption_with_a_reason(env, start_scheduler):
     pc = Classes(env)
-    nodes = [env.add_node(f"gpu{i}", gpus=8) for i in range(2)]
-    inference = fill_with_inference(env, nodes, 8, pc.low)
     env.create({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "inference"},
                 "spec": {"maxUnavailable": 0, "selector": {"matchLabels": INFERENCE}}})
-    make_gang(env, "train", 2, group_spec={"priorityClassName": pc.high}, gpus=4, cpu="1",
-              priority_class=pc.high)
+    inference = full_nodes_and_training_gang(env, pc, pc.low)
     start_scheduler(**preemption_config())
     message = wait_verdict(env, "train", "could not be evicted")
     assert "429" in message or "disruption" in message.lower(), message
@@ -104,10 +112,7 @@ def test_pdb_that_allows_no_disruption_stops_preemption_with_a_reason(env, start
 # 3
 def test_equal_priority_does_not_preempt(env, start_scheduler):
     pc = Classes(env)
-    nodes = [env.add_node(f"gpu{i}", gpus=8) for i in range(2)]
-    inference = fill_with_inference(env, nodes, 8, pc.high)
-    make_gang(env, "train", 2, group_spec={"priorityClassName": pc.high}, gpus=4, cpu="1",
-              priority_class=pc.high)
+    inference = full_nodes_and_training_gang(env, pc, pc.high)
     start_scheduler(**preemption_config())
     wait_verdict(env, "train", "would not fit even after evicting")
     assert alive(env, inference) == inference
@@ -137,10 +142,7 @@ def test_running_lower_priority_gang_is_evicted_whole_or_not_at_all(env, start_s
 # 5
 def test_preemption_policy_never_on_the_preemptor(env, start_scheduler):
     pc = Classes(env)
-    nodes = [env.add_node(f"gpu{i}", gpus=8) for i in range(2)]
-    inference = fill_with_inference(env, nodes, 8, pc.low)
-    make_gang(env, "train", 2, group_spec={"priorityClassName": pc.high, "preemptionPolicy": "Never"},
-              gpus=4, cpu="1", priority_class=pc.high)
+    inference = full_nodes_and_training_gang(env, pc, pc.low, preemptionPolicy="Never")
     start_scheduler(**preemption_config())
     wait_verdict(env, "train", "preemptionPolicy is Never")
     assert alive(env, inference) == inference
@@ -174,10 +176,7 @@ def test_lower_priority_gang_does_not_take_room_freed_for_a_preemptor(env, start
 # 7
 def test_gang_that_cannot_fit_even_after_evictions_evicts_nothing(env, start_scheduler):
     pc = Classes(env)
-    nodes = [env.add_node(f"gpu{i}", gpus=8) for i in range(2)]
-    inference = fill_with_inference(env, nodes, 8, pc.low)
-    make_gang(env, "huge", 3, group_spec={"priorityClassName": pc.high}, gpus=8, cpu="1",
-              priority_class=pc.high)
+    inference = full_nodes_and_training_gang(env, pc, pc.low, size=3, gpus=8)
     start_scheduler(**preemption_config())
-    wait_verdict(env, "huge", "would not fit even after evicting")
+    wait_verdict(env, "train", "would not fit even after evicting")
     assert alive(env, inference) == inference
