@@ -11,6 +11,7 @@ from datetime import datetime, timezone
 from typing import Any, Mapping
 
 from batchsched.api import constants
+from batchsched.api.podgroup import PodGroupSpec, parse_spec
 from batchsched.core import resources as res
 from batchsched.core.resources import Resources
 from batchsched.core.topology.annotation import from_annotation
@@ -146,11 +147,6 @@ class NodeInfo:
     # From the gpu-topology annotation; None: topology unknown, GPUs treated as flat.
     topology: GpuTopology | None = None
     topology_error: str = ""  # why a present annotation was not used
-
-
-NUMA_POLICIES = ("none", "best-effort", "single-numa-node")
-GPU_LINK_POLICIES = ("any", "prefer-nvlink", "require-nvlink")
-DOMAIN_MODES = ("required", "preferred")
 
 
 @dataclass(frozen=True)
@@ -336,57 +332,35 @@ def _node_topology(node_name: str, annotation: str | None, gpus: int) -> tuple[G
     return topology, ""
 
 
-def _topology_policy(raw: Any) -> TopologyPolicy:
-    """spec.topologyPolicy; raises ValueError naming the bad field."""
+def _topology_policy(spec: PodGroupSpec) -> TopologyPolicy:
+    raw = spec.topology_policy
     if raw is None:
         return TopologyPolicy()
-    if not isinstance(raw, Mapping):
-        raise ValueError("spec.topologyPolicy must be an object")
-    numa = raw.get("numa", "none")
-    gpu_link = raw.get("gpuLink", "prefer-nvlink")
-    exclusive = raw.get("exclusiveGpus", False)
-    domain = raw.get("domain") or {}
-    if numa not in NUMA_POLICIES:
-        raise ValueError(f"spec.topologyPolicy.numa must be one of {', '.join(NUMA_POLICIES)}, got {numa!r}")
-    if gpu_link not in GPU_LINK_POLICIES:
-        raise ValueError(f"spec.topologyPolicy.gpuLink must be one of {', '.join(GPU_LINK_POLICIES)}, "
-                         f"got {gpu_link!r}")
-    if not isinstance(exclusive, bool):
-        raise ValueError(f"spec.topologyPolicy.exclusiveGpus must be true or false, got {exclusive!r}")
-    if not isinstance(domain, Mapping) or (domain and domain.get("mode") not in DOMAIN_MODES):
-        raise ValueError(f"spec.topologyPolicy.domain.mode must be one of {', '.join(DOMAIN_MODES)}")
-    label = domain.get("labelKey") or ""
-    if not isinstance(label, str):
-        raise ValueError("spec.topologyPolicy.domain.labelKey must be a label key")
-    return TopologyPolicy(numa, gpu_link, exclusive, domain.get("mode", ""), (label,) if label else ())
+    domain = raw.domain
+    return TopologyPolicy(raw.numa, raw.gpu_link, raw.exclusive_gpus, domain.mode if domain else "",
+                          (domain.label_key,) if domain and domain.label_key else ())
 
 
 def group_from_json(obj: Mapping[str, Any], priority: int | None = None) -> GroupSpec:
-    """Convert a PodGroup; raises ValueError on a spec that makes no sense."""
+    """Convert a PodGroup; raises ValueError naming each field that makes no sense."""
     meta = obj.get("metadata") or {}
-    spec = obj.get("spec") or {}
-    min_member = spec.get("minMember", 1)
-    if not isinstance(min_member, int) or min_member < 1:
-        raise ValueError(f"spec.minMember must be an integer >= 1, got {min_member!r}")
-    timeout = spec.get("scheduleTimeoutSeconds")
-    if timeout is not None and (not isinstance(timeout, int) or timeout < 1):
-        raise ValueError(f"spec.scheduleTimeoutSeconds must be a positive integer, got {timeout!r}")
+    spec = parse_spec(obj.get("spec"))
     try:
-        min_resources = res.parse_resource_map(spec.get("minResources"))
+        min_resources = res.parse_resource_map(spec.min_resources)
     except res.QuantityError as exc:
         raise ValueError(f"spec.minResources: {exc}") from exc
     return GroupSpec(
         namespace=meta.get("namespace", ""),
         name=meta.get("name", ""),
-        min_member=min_member,
+        min_member=spec.min_member,
         priority=priority,
         created=parse_time(meta.get("creationTimestamp")),
-        schedule_timeout_seconds=timeout,
+        schedule_timeout_seconds=spec.schedule_timeout_seconds,
         min_resources=min_resources,
         generation=int(meta.get("generation") or 0),
-        topology=_topology_policy(spec.get("topologyPolicy")),
-        priority_class=spec.get("priorityClassName") or "",
-        preemption_policy=spec.get("preemptionPolicy") or "PreemptLowerPriority",
+        topology=_topology_policy(spec),
+        priority_class=spec.priority_class_name or "",
+        preemption_policy=spec.preemption_policy or "PreemptLowerPriority",
         preemptible=((meta.get("annotations") or {}).get(constants.PREEMPTIBLE_ANNOTATION, "true").lower()
                      != "false"),
     )

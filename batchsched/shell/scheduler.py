@@ -8,6 +8,7 @@ import asyncio
 import logging
 import time
 
+from batchsched.api.podgroup import Condition, PodGroupStatus
 from batchsched.config import SchedulerConfig
 from batchsched.core.cycle import (
     REASON_SCHEDULE_TIMEOUT, REASON_UNSCHEDULABLE, CyclePlan, Verdict, schedule_cycle,
@@ -114,13 +115,11 @@ class Scheduler:
             self.events.emit(ref, "Warning", "InvalidGpuTopology", why)
         self._node_problems.clear()
         touched, freed = self.cache.drain_changes()
+        self.queue.note_changes(touched, freed)
         for key in touched:
-            self.queue.touch(key)
             verdict = self.verdicts.get(key)
             if verdict is not None and verdict.reason == REASON_SCHEDULE_TIMEOUT:
                 self.start_times.pop(key, None)  # a changed gang gets a fresh clock
-        if freed:
-            self.queue.capacity_freed()
         self.cache.expire_assumptions()
         now = time.time()
         snapshot = self.cache.snapshot(now)
@@ -259,18 +258,14 @@ class Scheduler:
             reason, message = verdict.reason, verdict.message
         else:
             reason, message = "", ""
-        status = {
-            "phase": phase,
-            "observedGeneration": obj["metadata"].get("generation", 0),
-            "bound": counters.bound, "running": counters.running,
-            "succeeded": counters.succeeded, "failed": counters.failed,
-            "conditions": conditions_for(phase, reason, message),
-        }
         if phase != "Pending" or counters.bound:
             self.start_times.setdefault(key, now_rfc3339())
-        if key in self.start_times:
-            status["scheduleStartTime"] = self.start_times[key]
-        self.status.update(key, status)
+        status = PodGroupStatus(
+            phase=phase, observed_generation=obj["metadata"].get("generation", 0),
+            bound=counters.bound, running=counters.running, succeeded=counters.succeeded, failed=counters.failed,
+            conditions=[Condition.model_validate(c) for c in conditions_for(phase, reason, message)],
+            schedule_start_time=self.start_times.get(key))
+        self.status.update(key, status.to_json())
 
     def _bad_object(self, kind: str, obj: dict, why: str) -> None:
         if kind == "PodGroup":

@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from batchsched.api import constants
+from batchsched.api.podgroup import ObjectMeta, PodGroup, PodGroupSpec
 
 SIMULATED_LABEL = "batchsched.io/simulated"  # kwok manages nodes with this label
 
@@ -59,9 +60,9 @@ def pod(name: str, namespace: str, *, group: str | None = None, cpu: str | None 
 
 
 def pod_group(name: str, namespace: str, min_member: int, **spec: Any) -> dict:
-    return {"apiVersion": constants.API_VERSION, "kind": constants.PODGROUP_KIND,
-            "metadata": {"name": name, "namespace": namespace},
-            "spec": {"minMember": min_member, **spec}}
+    """A PodGroup built with the API's own types (spec fields by their JSON names)."""
+    return PodGroup(metadata=ObjectMeta(name=name, namespace=namespace),
+                    spec=PodGroupSpec.model_validate({"minMember": min_member, **spec})).to_json()
 
 
 def priority_class(name: str, value: int, **extra: Any) -> dict:

@@ -252,11 +252,11 @@ def test_topology_policy_is_read_from_the_podgroup():
 
 
 @pytest.mark.parametrize("spec, problem", [
-    ({"numa": "strict"}, "spec.topologyPolicy.numa must be one of none, best-effort, single-numa-node"),
-    ({"gpuLink": "nvlink"}, "spec.topologyPolicy.gpuLink must be one of any, prefer-nvlink, require-nvlink"),
-    ({"exclusiveGpus": "yes"}, "spec.topologyPolicy.exclusiveGpus must be true or false"),
-    ({"domain": {"mode": "hard"}}, "spec.topologyPolicy.domain.mode must be one of required, preferred"),
-    ({"domain": {"mode": "required", "labelKey": 3}}, "spec.topologyPolicy.domain.labelKey must be a label key"),
+    ({"numa": "strict"}, "spec.topologyPolicy.numa: Input should be 'none', 'best-effort' or 'single-numa-node'"),
+    ({"gpuLink": "nvlink"}, "spec.topologyPolicy.gpuLink: Input should be 'any', 'prefer-nvlink' or 'require-nvlink'"),
+    ({"exclusiveGpus": "yes"}, "spec.topologyPolicy.exclusiveGpus: Input should be a valid boolean"),
+    ({"domain": {"mode": "hard"}}, "spec.topologyPolicy.domain.mode: Input should be 'required' or 'preferred'"),
+    ({"domain": {"mode": "required", "labelKey": 3}}, "spec.topologyPolicy.domain.labelKey: Input should be a valid string"),
 ])
 def test_a_bad_topology_policy_makes_the_podgroup_invalid(spec, problem):
     with pytest.raises(ValueError, match=problem):

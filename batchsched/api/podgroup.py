@@ -1,0 +1,94 @@
+"""The PodGroup API as Python types (pydantic), shared by the scheduler, the
+simulator and the tests.  crds/podgroup.yaml is the same schema for the API
+server; docs/podgroup.md explains the fields and phases.
+
+Unknown fields are ignored, so an older scheduler reads a newer PodGroup.
+"""
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from batchsched.api import constants
+
+Phase = Literal["Pending", "Queued", "Scheduled", "Running", "Succeeded", "Failed"]
+Quantity = int | str
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(populate_by_name=True, extra="ignore")
+
+    def to_json(self) -> dict:
+        """The API server's JSON: camelCase names, unset fields left out."""
+        return self.model_dump(by_alias=True, exclude_none=True)
+
+
+class Domain(_Model):
+    mode: Literal["required", "preferred"]
+    label_key: str = Field("", alias="labelKey", max_length=317)
+
+
+class TopologyPolicySpec(_Model):
+    numa: Literal["none", "best-effort", "single-numa-node"] = "none"
+    gpu_link: Literal["any", "prefer-nvlink", "require-nvlink"] = Field("prefer-nvlink", alias="gpuLink")
+    exclusive_gpus: Annotated[bool, Field(strict=True)] = Field(False, alias="exclusiveGpus")
+    domain: Domain | None = None
+
+
+class PodGroupSpec(_Model):
+    min_member: Annotated[int, Field(ge=1, le=100_000, strict=True)] = Field(1, alias="minMember")
+    min_resources: dict[str, Quantity] | None = Field(None, alias="minResources")
+    priority_class_name: str | None = Field(None, alias="priorityClassName", max_length=253)
+    schedule_timeout_seconds: Annotated[int, Field(ge=1, strict=True)] | None = Field(
+        None, alias="scheduleTimeoutSeconds")
+    preemption_policy: Literal["PreemptLowerPriority", "Never"] | None = Field(None, alias="preemptionPolicy")
+    topology_policy: TopologyPolicySpec | None = Field(None, alias="topologyPolicy")
+
+
+class Condition(_Model):
+    """metav1.Condition."""
+
+    type: str
+    status: Literal["True", "False", "Unknown"]
+    reason: str
+    message: str = ""
+    last_transition_time: str | None = Field(None, alias="lastTransitionTime")
+    observed_generation: int | None = Field(None, alias="observedGeneration")
+
+
+class PodGroupStatus(_Model):
+    phase: Phase = "Pending"
+    observed_generation: int | None = Field(None, alias="observedGeneration")
+    bound: int = 0
+    running: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    schedule_start_time: str | None = Field(None, alias="scheduleStartTime")
+    conditions: list[Condition] = Field(default_factory=list)
+
+
+class ObjectMeta(_Model):
+    name: str
+    namespace: str = "default"
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+
+
+class PodGroup(_Model):
+    api_version: str = Field(constants.API_VERSION, alias="apiVersion")
+    kind: str = constants.PODGROUP_KIND
+    metadata: ObjectMeta
+    spec: PodGroupSpec
+    status: PodGroupStatus | None = None
+
+
+def parse_spec(raw: object) -> PodGroupSpec:
+    """Validate a PodGroup's spec; ValueError names each bad field."""
+    try:
+        return PodGroupSpec.model_validate(raw if raw is not None else {})
+    except ValidationError as exc:
+        problems = "; ".join(
+            "spec" + "".join(f".{part}" if isinstance(part, str) else f"[{part}]" for part in err["loc"])
+            + f": {err['msg']}" for err in exc.errors())
+        raise ValueError(problems) from None

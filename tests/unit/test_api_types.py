@@ -1,0 +1,40 @@
+"""The PodGroup API types and the CRD agree."""
+from pathlib import Path
+
+import pytest
+import yaml
+
+from batchsched.api.podgroup import ObjectMeta, PodGroup, PodGroupSpec, PodGroupStatus, parse_spec
+from batchsched.core.model import group_from_json
+
+CRD = yaml.safe_load((Path(__file__).resolve().parents[2] / "crds" / "podgroup.yaml").read_text())
+SCHEMA = CRD["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]
+
+
+def test_spec_and_status_fields_are_the_crds():
+    spec_fields = {f.alias or name for name, f in PodGroupSpec.model_fields.items()}
+    status_fields = {f.alias or name for name, f in PodGroupStatus.model_fields.items()}
+    assert spec_fields == set(SCHEMA["spec"]["properties"])
+    assert status_fields == set(SCHEMA["status"]["properties"])
+
+
+def test_json_uses_the_api_names_and_leaves_unset_fields_out():
+    pg = PodGroup(metadata=ObjectMeta(name="g", namespace="ns"),
+                  spec=PodGroupSpec(min_member=4, schedule_timeout_seconds=60))
+    assert pg.to_json()["spec"] == {"minMember": 4, "scheduleTimeoutSeconds": 60}
+    assert group_from_json(pg.to_json()).min_member == 4
+
+
+@pytest.mark.parametrize("spec, problem", [
+    ({"minMember": 0}, "spec.minMember: Input should be greater than or equal to 1"),
+    ({"minMember": "3"}, "spec.minMember: Input should be a valid integer"),
+    ({"minMember": 2, "scheduleTimeoutSeconds": -1}, "spec.scheduleTimeoutSeconds: Input should be greater"),
+    ({"minMember": 2, "preemptionPolicy": "Sometimes"}, "spec.preemptionPolicy: Input should be"),
+])
+def test_bad_specs_name_the_field(spec, problem):
+    with pytest.raises(ValueError, match=problem):
+        parse_spec(spec)
+
+
+def test_unknown_fields_are_ignored_for_forward_compatibility():
+    assert parse_spec({"minMember": 2, "someFutureField": True}).min_member == 2
