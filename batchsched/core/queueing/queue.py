@@ -145,6 +145,16 @@ class GangQueue:
 
     # -- events from the shell ----------------------------------------------
 
+    def note_changes(self, touched: Iterable[str], capacity_freed: bool) -> None:
+        """What changed in the cluster since the last cycle, as a watch cache
+        records it: the gangs whose pods or PodGroup changed, and whether
+        capacity was freed.  Called once before each cycle, by the shell and
+        by the simulator alike."""
+        for key in touched:
+            self.touch(key)
+        if capacity_freed:
+            self.capacity_freed()
+
     def touch(self, gang_key: str) -> None:
         """The gang's membership or spec changed: retry it at once.
 
