@@ -41,6 +41,7 @@ from batchsched.api import constants  # noqa: E402
 from batchsched.shell.kube import Kube  # noqa: E402
 
 GPU = constants.GPU_RESOURCE
+PROFILE_DIR: Path | None = None  # --profile: where batchsched's cProfile output goes
 
 
 def node_body(name: str, pool: str) -> dict:
@@ -125,7 +126,8 @@ def start_batchsched(kubeconfig: Path, workdir: Path, pool: str) -> subprocess.P
     config.write_text(yaml.safe_dump({"nodeSelector": {"bench-pool": pool}, "logLevel": "WARNING",
                                       "statusMinIntervalSeconds": 5, "metricsBindAddress": "",
                                       "leaderElection": {"enabled": False}}))
-    return subprocess.Popen([sys.executable, "-m", "batchsched", "run", "--kubeconfig", str(kubeconfig),
+    profile = ["-m", "cProfile", "-o", str(PROFILE_DIR / f"batchsched-{pool}.prof")] if PROFILE_DIR else []
+    return subprocess.Popen([sys.executable, *profile, "-m", "batchsched", "run", "--kubeconfig", str(kubeconfig),
                              "--config", str(config)], cwd=ROOT,
                             stdout=open(workdir / f"batchsched-{pool}.log", "wb"), stderr=subprocess.STDOUT)
 
@@ -231,7 +233,11 @@ def main() -> None:
     parser.add_argument("--pods", type=int, default=4000)
     parser.add_argument("--gang", type=int, default=8)
     parser.add_argument("--parallel", type=int, default=32)
-    asyncio.run(main_async(parser.parse_args()))
+    parser.add_argument("--profile", type=Path, help="write cProfile output of each batchsched run here")
+    args = parser.parse_args()
+    global PROFILE_DIR
+    PROFILE_DIR = args.profile
+    asyncio.run(main_async(args))
 
 
 if __name__ == "__main__":
