@@ -90,6 +90,7 @@ class ClusterCache:
         self.scheduler_name = scheduler_name
         self.node_selector = dict(node_selector or {})
         self.pods: dict[str, PodInfo] = {}
+        self._by_gang: dict[str, set[str]] = {}  # gang key -> uids of its pods
         self.nodes: dict[str, NodeInfo] = {}
         self.groups_raw: dict[str, dict] = {}
         self.groups: dict[str, GroupSpec] = {}
@@ -138,11 +139,12 @@ class ClusterCache:
 
     def _replace_pods(self, items: list[dict]) -> None:
         old = self.pods
-        self.pods = {}
+        self.pods, self._by_gang = {}, {}
         for obj in items:
             pod = self._convert_pod(obj)
             if pod:
                 self.pods[pod.uid] = pod
+                self._index(pod)
         for uid, pod in old.items():
             if uid not in self.pods and pod.holds_resources:
                 self.capacity_freed = True
@@ -157,6 +159,7 @@ class ClusterCache:
             self.pods.pop(uid, None)
             self.assumed.pop(uid, None)
             if old:
+                self._unindex(old)
                 self.capacity_freed |= old.holds_resources
                 self.touched_gangs.add(old.gang_key)
             self._notify()
@@ -164,7 +167,10 @@ class ClusterCache:
         pod = self._convert_pod(obj)
         if pod is None:
             return
+        if old is not None and old.gang_key != pod.gang_key:
+            self._unindex(old)
         self.pods[uid] = pod
+        self._index(pod)
         if old and old.holds_resources and not pod.holds_resources:
             self.capacity_freed = True
         if old and (old.holds_resources and pod.terminating and not old.terminating):
@@ -310,6 +316,17 @@ class ClusterCache:
         self.touched_gangs, self.capacity_freed = set(), False
         return touched, freed
 
-    def members(self, gang_key: str) -> Iterable[PodInfo]:
-        namespace, _, name = gang_key.partition("/")
-        return [p for p in self.pods.values() if p.namespace == namespace and p.group == name]
+    def members(self, gang_key: str) -> list[PodInfo]:
+        """The gang's pods of our scheduler, from the index (no scan)."""
+        pods = (self.pods.get(uid) for uid in self._by_gang.get(gang_key, ()))
+        return [p for p in pods if p is not None and p.scheduler_name == self.scheduler_name]
+
+    def _index(self, pod: PodInfo) -> None:
+        self._by_gang.setdefault(pod.gang_key, set()).add(pod.uid)
+
+    def _unindex(self, pod: PodInfo) -> None:
+        uids = self._by_gang.get(pod.gang_key)
+        if uids is not None:
+            uids.discard(pod.uid)
+            if not uids:
+                del self._by_gang[pod.gang_key]

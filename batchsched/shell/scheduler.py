@@ -13,9 +13,8 @@ from batchsched.config import SchedulerConfig
 from batchsched.core.cycle import (
     REASON_SCHEDULE_TIMEOUT, REASON_UNSCHEDULABLE, CyclePlan, Verdict, schedule_cycle,
 )
-from batchsched.core.gangs import Gang, build_gangs
 from batchsched.core.gpu_pools import gpu_pools
-from batchsched.core.model import parse_time
+from batchsched.core.model import PodInfo, parse_time
 from batchsched.core.queueing.queue import GangQueue
 from batchsched.core.snapshot import Snapshot
 from batchsched.core.status import conditions_for, count_members, phase_of
@@ -30,6 +29,7 @@ from batchsched.shell.status import EventRecorder, StatusWriter, group_ref, node
 log = logging.getLogger(__name__)
 
 IDLE_WAKEUP_SECONDS = 5.0
+CHANGE_BATCH_SECONDS = 0.005
 
 
 class Scheduler:
@@ -104,6 +104,9 @@ class Scheduler:
             timeout = min(timeout, self.config.binding.assume_timeout_seconds)
         try:
             await asyncio.wait_for(self.cache.changed.wait(), timeout)
+            # Watch events come in bursts (a bound gang, a relist): take the
+            # whole burst into one cycle rather than one cycle per event.
+            await asyncio.sleep(CHANGE_BATCH_SECONDS)
         except asyncio.TimeoutError:
             pass
         self.cache.changed.clear()
@@ -215,13 +218,10 @@ class Scheduler:
                                  "Scheduled" if verdict.scheduled else "FailedScheduling", verdict.message)
             else:
                 self._event_on_pending_pods(key, verdict)
-        if not (changed or touched):
-            return
-        gangs = build_gangs(self.cache.snapshot(time.time()))
         for key in changed | touched:
             obj = self.cache.groups_raw.get(key)
             if obj is not None:
-                self._write_status(key, obj, gangs.get(key))
+                self._write_status(key, obj, self.cache.members(key))
 
     def _pods_decided(self, keys: set[str], plan: CyclePlan) -> dict[str, list[str]]:
         """The pods each gang's verdict is about: those placed now, else those pending."""
@@ -229,24 +229,19 @@ class Scheduler:
         for b in plan.bindings:
             if b.gang_key in keys:
                 names.setdefault(b.gang_key, []).append(b.pod_name)
-        rest = keys - names.keys()
-        if rest:
-            for pod in self.cache.pods.values():
-                if pod.gang_key in rest and not pod.node_name and pod.scheduler_name == self.config.scheduler_name:
-                    names.setdefault(pod.gang_key, []).append(pod.name)
+        for key in keys - names.keys():
+            names[key] = [pod.name for pod in self.cache.members(key) if not pod.node_name]
         return names
 
     def _event_on_pending_pods(self, key: str, verdict: Verdict) -> None:
         if verdict.scheduled:
             return
-        namespace, _, name = key.partition("/")
-        for pod in self.cache.pods.values():
-            if pod.namespace == namespace and pod.gang_key == key and not pod.node_name:
+        for pod in self.cache.members(key):
+            if not pod.node_name:
                 self.events.emit(pod_ref(pod.namespace, pod.name, pod.uid), "Warning", "FailedScheduling",
                                  verdict.message)
 
-    def _write_status(self, key: str, obj: dict, gang: Gang | None) -> None:
-        members = gang.members if gang else ()
+    def _write_status(self, key: str, obj: dict, members: list[PodInfo]) -> None:
         counters = count_members(members)
         min_member = (obj.get("spec") or {}).get("minMember", 1)
         verdict = self.verdicts.get(key)

@@ -72,3 +72,13 @@ def test_a_podgroup_naming_a_missing_priority_class_is_invalid_not_fatal(cache):
     assert bad and bad[0][0] == "PodGroup"
     cache._apply_priority_class("ADDED", {"metadata": {"name": "nope"}, "value": 7})
     assert cache.groups["ns/g"].priority == 7 and "ns/g" not in cache.invalid_groups
+
+
+def test_the_gang_index_follows_adds_deletes_and_relabels(cache):
+    cache._replace_pods([pod_json("a", "u1", group="g"), pod_json("b", "u2", group="g")])
+    assert sorted(p.name for p in cache.members("ns/g")) == ["a", "b"]
+    cache._apply_pod("MODIFIED", pod_json("b", "u2", group="h"))
+    assert [p.name for p in cache.members("ns/g")] == ["a"]
+    assert [p.name for p in cache.members("ns/h")] == ["b"]
+    cache._apply_pod("DELETED", pod_json("a", "u1", group="g"))
+    assert cache.members("ns/g") == []
