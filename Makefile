@@ -1,5 +1,5 @@
 # The two commands the README promises (both work on a fresh machine):
-#   make demo   run batchsched on its embedded default and print where each pod went
+#   make demo   simulate batchsched beside three baselines on the embedded default cluster and workload
 #   make test   install what the tests need, build or reuse the control plane, run every test
 PYTHON ?= python3
 VENV := .venv
@@ -20,5 +20,5 @@ binaries:
 test: install binaries
 	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
-demo: install binaries
-	$(PY) -m batchsched demo
+demo: install
+	$(PY) -m batchsched simulate

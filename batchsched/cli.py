@@ -1,4 +1,4 @@
-"""Command line: ``batchsched run | explain | demo | topo parse``."""
+"""Command line: ``batchsched run | explain | simulate | demo-cluster | topo parse``."""
 from __future__ import annotations
 
 import argparse
@@ -57,6 +57,29 @@ def _topo_parse(args: argparse.Namespace) -> int:
     return 0
 
 
+def _simulate(args: argparse.Namespace) -> int:
+    from batchsched.sim.report import PlotUnavailable, require_matplotlib, summary, write_plots
+    from batchsched.sim.scenario import build_scenario, run_scenario
+
+    try:
+        if args.plot:
+            require_matplotlib()  # before the run, not after it
+    except PlotUnavailable as exc:
+        print(f"batchsched: {exc}", file=sys.stderr)
+        return 2
+    scenario = build_scenario(args.cluster, args.workload, args.trace, args.trace_dir, args.config, args.seed,
+                              args.max_pods)
+    print(f"batchsched simulate (seed {args.seed})\n{scenario.describe()}\n", flush=True)
+    results = run_scenario(scenario, [p.strip() for p in args.policies.split(",") if p.strip()], args.seed,
+                           plot=bool(args.plot))
+    print(summary(results))
+    print("batchsched runs the real decision core; the baselines are batchsched/sim/baselines.py. "
+          "Every figure is defined in docs/simulator.md.")
+    if args.plot:
+        print("charts: " + ", ".join(str(p) for p in write_plots(results, args.plot)))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="batchsched", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -70,7 +93,25 @@ def main(argv: list[str] | None = None) -> int:
     p_explain.add_argument("--kubeconfig")
     p_explain.add_argument("--config")
 
-    sub.add_parser("demo", help="the embedded default: a local control plane, GPU nodes and a sample gang")
+    p_sim = sub.add_parser("simulate", help="batchsched and baseline schedulers on a simulated cluster "
+                                            "(no arguments: the embedded default cluster and workload)")
+    p_sim.add_argument("--cluster", type=Path, metavar="FILE", help="cluster file, YAML or CSV (docs/simulator.md)")
+    p_sim.add_argument("--workload", type=Path, metavar="FILE", help="workload file, YAML or CSV")
+    p_sim.add_argument("--trace", choices=("alibaba", "philly"), help="replay a public trace instead of a workload")
+    p_sim.add_argument("--trace-dir", type=Path, metavar="DIR",
+                       help="where the traces are (default: ../shared/data/traces)")
+    p_sim.add_argument("--config", type=Path, metavar="FILE",
+                       help="batchsched's scheduler config (default: the simulator's, preemption on)")
+    p_sim.add_argument("--policies", default="batchsched,spread,binpack,random",
+                       help="comma separated, run side by side (default: %(default)s)")
+    p_sim.add_argument("--plot", type=Path, metavar="DIR", help="write PNG charts there (needs matplotlib)")
+    p_sim.add_argument("--seed", type=int, default=1, help="for drawn workloads, sampling and random GPU ids")
+    p_sim.add_argument("--max-pods", type=int, metavar="N",
+                       help="a smaller trace: a sample of N Alibaba pods (and their share of nodes), "
+                            "or the first Philly jobs up to N pods")
+
+    sub.add_parser("demo-cluster", help="a local control plane, GPU nodes and a sample gang, scheduled for real "
+                                        "(needs the e2e/ control-plane binaries)")
 
     p_topo = sub.add_parser("topo", help="GPU topology tools").add_subparsers(dest="topo_command", required=True)
     p_parse = p_topo.add_parser("parse", help="read `nvidia-smi topo -m` output (FILE, or - for stdin)")
@@ -89,6 +130,8 @@ def main(argv: list[str] | None = None) -> int:
             return asyncio.run(_explain(args))
         if args.command == "topo":
             return _topo_parse(args)
+        if args.command == "simulate":
+            return _simulate(args)
         from batchsched.demo import run_demo
         return run_demo()
     except (OSError, ValueError) as exc:

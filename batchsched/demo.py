@@ -1,10 +1,10 @@
-"""The embedded default (``make demo``): batchsched on a local control plane.
+"""``batchsched demo-cluster``: batchsched on a local control plane.
 
 Starts the local control plane from e2e/, adds four simulated 8-GPU nodes,
 submits a training gang of 4 pods x 4 GPUs, an inference pod and a gang too
 big for the cluster, runs the real scheduler, then prints where each pod went
-and why the big gang is pending.  Replaced by ``batchsched simulate`` once the
-simulator lands.
+and why the big gang is pending.  (``make demo`` runs ``batchsched
+simulate``, which needs no control plane.)
 """
 from __future__ import annotations
 

@@ -228,7 +228,8 @@ def _drains_for(snapshot: Snapshot, gangs: Mapping[str, Gang], head: Gang) -> Ca
 def _total_allocatable(snapshot: Snapshot) -> Resources:
     total: Resources = {}
     for node in snapshot.nodes.values():
-        total = res.add(total, node.allocatable)
+        for name, amount in node.allocatable.items():
+            total[name] = total.get(name, 0) + amount
     return total
 
 

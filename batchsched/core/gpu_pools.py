@@ -2,15 +2,16 @@
 
 A GPU is *stranded* when it is free but no whole-node pod could use it: the
 leftover of a node whose free GPUs are not a multiple of a whole-node pod's
-GPUs (8 by default: one HGX board), and every free GPU of a node that takes
-no new pods (cordoned or not Ready).  Stranded GPUs are counted in ``free``
-too: they are free, just fragmented.
+GPUs (8 by default: one HGX board; all the GPUs of a smaller node), and
+every free GPU of a node that takes no new pods (cordoned or not Ready).
+Stranded GPUs are counted in ``free`` too: they are free, just fragmented.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from batchsched.api.constants import GPU_RESOURCE
+from batchsched.core.model import NodeInfo
 from batchsched.core.snapshot import Snapshot
 
 WHOLE_NODE_POD_GPUS = 8
@@ -22,6 +23,13 @@ class PoolGpus:
     allocated: int = 0
     free: int = 0
     stranded: int = 0
+
+
+def stranded_gpus(node: NodeInfo, free: int, whole_pod_gpus: int = WHOLE_NODE_POD_GPUS) -> int:
+    """How many of the ``free`` GPUs of ``node`` are stranded."""
+    if node.unschedulable or not node.ready or free == 0:
+        return free
+    return free % min(whole_pod_gpus, node.allocatable.get(GPU_RESOURCE, 0))
 
 
 def gpu_pools(snapshot: Snapshot, pool_label: str,
@@ -36,7 +44,7 @@ def gpu_pools(snapshot: Snapshot, pool_label: str,
             continue
         allocated = min(allocatable, used[name].get(GPU_RESOURCE, 0))
         free = allocatable - allocated
-        stranded = free if node.unschedulable or not node.ready else free % whole_pod_gpus
+        stranded = stranded_gpus(node, free, whole_pod_gpus)
         pool = node.labels.get(pool_label) or NO_POOL
         total = pools.get(pool, PoolGpus())
         pools[pool] = PoolGpus(total.allocated + allocated, total.free + free, total.stranded + stranded)

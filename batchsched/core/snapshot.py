@@ -36,6 +36,8 @@ class Snapshot:
     def _used_by_node(self, gone: Callable[[PodInfo], bool]) -> dict[str, Resources]:
         used: dict[str, Resources] = {name: {} for name in self.nodes}
         for pod in self.pods.values():
-            if pod.holds_resources and pod.node_name in used and not gone(pod):
-                used[pod.node_name] = res.add(used[pod.node_name], pod.requests)
+            held = used.get(pod.node_name)
+            if held is not None and pod.holds_resources and not gone(pod):
+                for name, amount in pod.requests.items():  # in place: this runs for every pod, every cycle
+                    held[name] = held.get(name, 0) + amount
         return used

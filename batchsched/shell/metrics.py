@@ -45,8 +45,9 @@ class _LiveState:
         for field, help_text in (
                 ("allocated", "GPUs held by bound, non-terminal pods, per node pool."),
                 ("free", "GPUs not held by any pod, per node pool (stranded ones included)."),
-                ("stranded", "Free GPUs no whole-node (8-GPU) pod can use, per node pool: the remainder "
-                             "on partly used nodes and all free GPUs of cordoned or NotReady nodes.")):
+                ("stranded", "Free GPUs no whole-node pod (8 GPUs, or all of a smaller node) can use, per "
+                             "node pool: the remainder on partly used nodes and all free GPUs of cordoned or "
+                             "NotReady nodes.")):
             family = GaugeMetricFamily(f"batchsched_gpus_{field}", help_text, labels=["pool"])
             for pool, figures in sorted(pools.items()):
                 family.add_metric([pool], getattr(figures, field))

@@ -4,7 +4,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 CORE = ROOT / "batchsched" / "core"
-FORBIDDEN = ("kubernetes", "aiohttp", "asyncio", "prometheus_client", "batchsched.shell")
+FORBIDDEN = ("kubernetes", "aiohttp", "asyncio", "prometheus_client", "batchsched.shell", "batchsched.sim")
 
 
 def imported_modules(tree: ast.AST, package: str) -> list[str]:

@@ -27,3 +27,9 @@ def test_whole_pod_size_is_a_parameter():
     pools = gpu_pools(snapshot([node("n", gpu=8, labels={POOL: "p"})], [pod("x", gpu=2, node_name="n")]),
                       POOL, whole_pod_gpus=4)
     assert pools == {"p": PoolGpus(allocated=2, free=6, stranded=2)}
+
+
+def test_on_a_node_smaller_than_a_whole_node_pod_its_whole_free_set_is_usable():
+    nodes = [node("four", gpu=4, labels={POOL: "s"}), node("two", gpu=2, labels={POOL: "s"})]
+    pods = [pod("x", gpu=1, node_name="four")]  # four: 3 free of 4, stranded; two: both free, usable
+    assert gpu_pools(snapshot(nodes, pods), POOL) == {"s": PoolGpus(allocated=1, free=5, stranded=3)}

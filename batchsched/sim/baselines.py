@@ -1,0 +1,175 @@
+"""Baseline schedulers the simulator runs beside batchsched, each a simple,
+count-only scheduler that stands for a common way of placing GPU jobs:
+
+``spread``  kube-scheduler's default, roughly: every pod on its own, none
+            of gangs (a gang's pods bind as they fit, and a job whose
+            quorum is not all bound holds its GPUs idle); the node with the
+            most free GPUs (then the most free cpu); GPU ids arbitrary, as
+            the kubelet's device manager hands them out without topology
+            hints (a seeded random choice).
+``binpack`` first-fit bin packing of whole gangs: a gang binds at least its
+            quorum at once or nothing; each pod on the first node, in name
+            order, where it fits; the lowest free GPU ids.
+``random``  a count-only gang scheduler (all or nothing, like the
+            coscheduling plugin on kube-scheduler's default scoring): nodes
+            as ``spread``, GPU ids at random.
+
+All three try pending pods by priority (highest first), then creation, and
+skip what does not fit without blocking the rest, as kube-scheduler's queue
+does; none backs off, reserves or preempts.  They honour the same static
+predicates as batchsched (``batchsched.core.placement.fit``: taints, node
+selectors, required node affinity) and count every resource a pod requests.
+"""
+from __future__ import annotations
+
+import random
+from typing import Callable, Sequence
+
+from batchsched.api import constants
+from batchsched.core import resources as res
+from batchsched.core.cycle import Binding, CyclePlan
+from batchsched.core.gangs import Gang, build_gangs
+from batchsched.core.model import PodInfo
+from batchsched.core.placement.capacity import shape_key
+from batchsched.core.placement.fit import NodeFilter
+from batchsched.core.resources import Resources
+from batchsched.core.topology.choose import gpus_of, mask_of
+from batchsched.sim.engine import SimCluster
+
+SPREAD, BINPACK, RANDOM = "spread", "binpack", "random"
+NAMES = (SPREAD, BINPACK, RANDOM)
+
+
+class CountOnlyScheduler:
+    """One baseline: gangs or single pods, the node rule and the GPU-id rule."""
+
+    def __init__(self, name: str, gangs: bool, first_fit: bool, random_ids: bool, seed: int = 1):
+        self.name = name
+        self.gangs, self.first_fit, self.random_ids = gangs, first_fit, random_ids
+        self.rng = random.Random(seed)
+        self._filter: NodeFilter | None = None
+
+    def next_wakeup(self) -> float | None:
+        return None  # nothing but a change in the cluster changes its decisions
+
+    def cycle(self, cluster: SimCluster, now: float) -> CyclePlan:
+        cluster.drain_changes()  # no queue state to update
+        if self._filter is None or self._filter.nodes is not cluster.nodes:
+            self._filter = NodeFilter(cluster.nodes)
+        gangs = [g for g in build_gangs(cluster.snapshot(now)).values() if g.pending and g.eligible]
+        gangs.sort(key=lambda g: (-g.priority, g.created, g.key))
+        trial = _Trial(cluster)
+        plan = CyclePlan()
+        for gang in gangs:
+            if self.gangs:
+                placed = self._place(gang.pending, trial)
+                if len(placed) >= gang.need:
+                    trial.commit()
+                    plan.bindings.extend(_binding(gang, *p) for p in placed)
+                else:
+                    trial.discard()
+            else:
+                for pod in gang.pending:
+                    placed = self._place([pod], trial)
+                    trial.commit()
+                    plan.bindings.extend(_binding(gang, *p) for p in placed)
+        return plan
+
+    def _place(self, pods: Sequence[PodInfo], trial: _Trial) -> list[tuple[PodInfo, str, tuple[int, ...]]]:
+        """Place pods one by one on the trial's free maps, as many as fit."""
+        placed = []
+        for pod in pods:
+            shape = shape_key(pod)
+            if trial.failed(shape):
+                continue  # within a cycle room only shrinks: what failed fails again
+            node = self._node_for(pod, trial)
+            if node is None:
+                trial.fail(shape)
+                continue
+            placed.append((pod, node, trial.take(node, pod.requests, self._ids)))
+        return placed
+
+    def _node_for(self, pod: PodInfo, trial: _Trial) -> str | None:
+        best, best_key = None, None
+        gpus = pod.requests.get(constants.GPU_RESOURCE, 0)
+        for name in self._filter.evaluate(pod).feasible:  # sorted by name
+            free = trial.free(name)
+            if free.get(constants.GPU_RESOURCE, 0) < gpus or res.fits(pod.requests, free):
+                continue
+            if self.first_fit:
+                return name
+            key = (free.get(constants.GPU_RESOURCE, 0), free.get(res.CPU, 0))
+            if best_key is None or key > best_key:
+                best, best_key = name, key
+        return best
+
+    def _ids(self, free_ids: int, k: int) -> tuple[int, ...]:
+        ids = gpus_of(free_ids)
+        return tuple(sorted(self.rng.sample(ids, k))) if self.random_ids else ids[:k]
+
+
+def _binding(gang: Gang, pod: PodInfo, node: str, gpu_ids: tuple[int, ...]) -> Binding:
+    return Binding(pod.uid, pod.namespace, pod.name, node, gang.key, gpu_ids)
+
+
+class _Trial:
+    """Free resources and GPU ids in a cycle, with one tentative change set
+    (a gang's) on top that is committed or discarded, and the pod shapes
+    that fitted nowhere."""
+
+    def __init__(self, cluster: SimCluster):
+        self._cluster = cluster
+        self._free: dict[str, Resources] = {}  # committed in this cycle
+        self._ids: dict[str, int] = {}
+        self._failed: set[tuple] = set()
+        self._tentative: dict[str, tuple[Resources, int | None]] = {}
+        self._tentative_failed: set[tuple] = set()
+
+    def free(self, node: str) -> Resources:
+        if node in self._tentative:
+            return self._tentative[node][0]
+        return self._free[node] if node in self._free else self._cluster.free[node]
+
+    def free_ids(self, node: str) -> int | None:
+        if node in self._tentative:
+            return self._tentative[node][1]
+        return self._ids[node] if node in self._ids else self._cluster.free_ids.get(node)
+
+    def take(self, node: str, requests: Resources,
+             choose: Callable[[int, int], tuple[int, ...]]) -> tuple[int, ...]:
+        """Take ``requests`` on ``node``; the GPU ids chosen (none on nodes without ids)."""
+        ids = self.free_ids(node)
+        gpus = requests.get(constants.GPU_RESOURCE, 0)
+        chosen = choose(ids, gpus) if ids is not None and gpus else ()
+        left = ids & ~mask_of(chosen) if ids is not None else None
+        self._tentative[node] = (res.subtract(self.free(node), requests), left)
+        return chosen
+
+    def failed(self, shape: tuple) -> bool:
+        return shape in self._failed or shape in self._tentative_failed
+
+    def fail(self, shape: tuple) -> None:
+        self._tentative_failed.add(shape)
+
+    def commit(self) -> None:
+        for node, (free, ids) in self._tentative.items():
+            self._free[node] = free
+            if ids is not None:
+                self._ids[node] = ids
+        self._failed |= self._tentative_failed
+        self.discard()
+
+    def discard(self) -> None:
+        self._tentative.clear()
+        self._tentative_failed.clear()  # they may have failed for the discarded room only
+
+
+def baseline(name: str, seed: int = 1) -> CountOnlyScheduler:
+    """A baseline by name (NAMES)."""
+    if name == SPREAD:
+        return CountOnlyScheduler(SPREAD, gangs=False, first_fit=False, random_ids=True, seed=seed)
+    if name == BINPACK:
+        return CountOnlyScheduler(BINPACK, gangs=True, first_fit=True, random_ids=False, seed=seed)
+    if name == RANDOM:
+        return CountOnlyScheduler(RANDOM, gangs=True, first_fit=False, random_ids=True, seed=seed)
+    raise ValueError(f"unknown baseline {name!r} (known: {', '.join(NAMES)})")

@@ -1,0 +1,149 @@
+"""What a simulation measured (docs/simulator.md defines every figure).
+
+* **wait**: from a job's arrival to its first start (``minMember`` pods bound);
+* **GPU allocation**: GPUs held by bound pods over all GPUs, averaged over
+  time in the *arrival window* (first to last arrival: the drain at the end
+  would dilute it, and policies drain at different speeds);
+* **held idle**: the part of it held by jobs that do not run, because fewer
+  than ``minMember`` of their pods are bound (a gang placed piecemeal);
+* **stranded GPUs**: free GPUs no whole-node pod can use
+  (``batchsched.core.gpu_pools.stranded_gpus``), averaged like allocation;
+* **aligned**: multi-GPU pods bound on an aligned GPU set
+  (``batchsched.core.topology.alignment.is_aligned``); on a node without a
+  known topology a pod does not count as aligned;
+* **unscheduled**: pods pending just after the last arrival's cycle, and
+  pods never placed by the end of the run.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Sequence
+
+from batchsched.api import constants
+from batchsched.core.model import NodeInfo, PodInfo
+from batchsched.core.topology.accounting import topology_of
+from batchsched.core.topology.alignment import is_aligned
+
+if TYPE_CHECKING:
+    from batchsched.sim.engine import SimCluster
+    from batchsched.sim.workload import Job
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile (``q`` in 0..100) of ``values``; NaN when empty."""
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)]
+
+
+@dataclass
+class SimResult:
+    policy: str
+    gpus: int
+    jobs: int
+    pods: int  # created on arrival (recreated ones not counted)
+    window: tuple[float, float]  # the arrival window, simulated seconds
+    end: float  # when the last event happened
+    waits: list[float] = field(default_factory=list)  # per started job
+    waits_by_priority: dict[int, list[float]] = field(default_factory=dict)
+    jobs_finished: int = 0
+    pods_unscheduled: int = 0  # pending right after the arrivals
+    pods_never_placed: int = 0
+    allocated_mean: float = 0.0  # GPUs, over the arrival window
+    held_idle_mean: float = 0.0
+    stranded_mean: float = 0.0
+    allocated_peak: int = 0
+    multi_gpu_pods: int = 0
+    aligned_pods: int = 0
+    evicted_pods: int = 0
+    preempted_jobs: int = 0
+    cycle_seconds: list[float] = field(default_factory=list)
+    series: list[tuple[float, int, int, int]] = field(default_factory=list)  # (t, allocated, busy, stranded)
+    node_names: list[str] = field(default_factory=list)
+    occupancy: list[tuple[float, list[int]]] = field(default_factory=list)  # (t, GPUs held per node)
+
+    @property
+    def jobs_started(self) -> int:
+        return len(self.waits)
+
+    def share(self, gpus: float) -> float:
+        return gpus / self.gpus if self.gpus else 0.0
+
+    @property
+    def aligned_share(self) -> float:
+        return self.aligned_pods / self.multi_gpu_pods if self.multi_gpu_pods else math.nan
+
+
+def window_mean(series: Sequence[tuple[float, ...]], column: int, start: float, end: float) -> float:
+    """Time average over [start, end] of a piecewise-constant ``column`` of
+    ``series`` (each row holds from its time to the next row's)."""
+    if end <= start:
+        return float(series[-1][column]) if series else 0.0
+    area = 0.0
+    for (t, *values), nxt in zip(series, [row[0] for row in series[1:]] + [math.inf]):
+        low, high = max(t, start), min(nxt, end)
+        if high > low:
+            area += values[column - 1] * (high - low)
+    return area / (end - start)
+
+
+class Recorder:
+    def __init__(self, cluster: SimCluster, jobs: Sequence[Job], policy: str):
+        self.cluster = cluster
+        arrivals = [j.arrival for j in jobs]
+        self.result_ = SimResult(policy=policy, gpus=cluster.total_gpus, jobs=len(jobs),
+                                 pods=sum(j.pods for j in jobs),
+                                 window=(min(arrivals, default=0.0), max(arrivals, default=0.0)), end=0.0,
+                                 node_names=sorted(cluster.nodes))
+        self.cycle_seconds = self.result_.cycle_seconds
+        self._preempted: set[str] = set()
+
+    def observe(self, t: float, busy_gpus: int) -> None:
+        row = (t, self.cluster.allocated_gpus, busy_gpus, self.cluster.stranded)
+        series = self.result_.series
+        if series and series[-1][0] == t:
+            series[-1] = row
+        else:
+            series.append(row)
+        self.result_.allocated_peak = max(self.result_.allocated_peak, row[1])
+
+    def bound(self, pod: PodInfo, node: NodeInfo) -> None:
+        if pod.requests.get(constants.GPU_RESOURCE, 0) < 2:
+            return
+        self.result_.multi_gpu_pods += 1
+        topology = topology_of(node)
+        if topology is not None and pod.gpu_ids and is_aligned(topology, pod.gpu_ids):
+            self.result_.aligned_pods += 1
+
+    def started(self, job: Job, t: float) -> None:
+        self.result_.waits.append(t - job.arrival)
+        self.result_.waits_by_priority.setdefault(job.priority, []).append(t - job.arrival)
+
+    def finished(self) -> None:
+        self.result_.jobs_finished += 1
+
+    def evicted(self, job: Job) -> None:
+        self.result_.evicted_pods += 1
+        self._preempted.add(job.key)
+
+    def mark_last_arrival(self) -> None:
+        self.result_.pods_unscheduled = len(self.cluster.pending)
+
+    def sample_occupancy(self, t: float) -> None:
+        free = self.cluster.free
+        held = [node.allocatable.get(constants.GPU_RESOURCE, 0) - free[name].get(constants.GPU_RESOURCE, 0)
+                for name, node in sorted(self.cluster.nodes.items())]
+        self.result_.occupancy.append((t, held))
+
+    def result(self, end: float) -> SimResult:
+        r = self.result_
+        r.end = end
+        r.pods_never_placed = len(self.cluster.pending)
+        r.preempted_jobs = len(self._preempted)
+        start, stop = r.window if r.window[1] > r.window[0] else (r.window[0], end)
+        r.allocated_mean = window_mean(r.series, 1, start, stop)
+        r.held_idle_mean = r.allocated_mean - window_mean(r.series, 2, start, stop)
+        r.stranded_mean = window_mean(r.series, 3, start, stop)
+        return r

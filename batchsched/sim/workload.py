@@ -1,0 +1,215 @@
+"""Simulated jobs: a workload file (YAML or CSV, docs/simulator.md) to
+``Job``s, and a job to the Pod and PodGroup objects a controller would
+create, which the simulator turns into the core's model with the same
+converters the shell uses."""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any, Mapping, get_args
+
+from batchsched.api import constants
+from batchsched.api.podgroup import PodGroupSpec, TopologyPolicySpec
+from batchsched.sim.files import InputError, Record, read_csv, read_yaml
+
+# Simulated time t is this instant plus t seconds.
+SIM_EPOCH = datetime(2024, 1, 1, tzinfo=timezone.utc)
+
+_JOB_FIELDS = {"name", "arrival", "duration", "pods", "minMember", "gpus", "cpu", "memory", "priority",
+               "priorityClass", "namespace", "labels", "preemptible", "gpuLink", "numa", "nodeSelector"}
+_GENERATOR_FIELDS = (_JOB_FIELDS - {"arrival"}) | {"count", "window"}
+_GPU_LINKS = get_args(TopologyPolicySpec.model_fields["gpu_link"].annotation)
+_NUMA = get_args(TopologyPolicySpec.model_fields["numa"].annotation)
+_DEFAULT_TOPOLOGY = TopologyPolicySpec()
+
+
+@dataclass(frozen=True)
+class Job:
+    """A training job (a gang of ``pods`` pods) or an inference pod.
+
+    It arrives at ``arrival`` (simulated seconds), starts once ``min_member``
+    of its pods run, and finishes ``duration`` seconds after that; all its
+    pods end then.  ``gpus``, ``cpu`` and ``memory`` are per pod.
+    """
+
+    name: str
+    arrival: float
+    duration: float
+    pods: int = 1
+    min_member: int = 1
+    gpus: int = 0
+    cpu: str = "1"
+    memory: str = "4Gi"
+    priority: int = 0
+    priority_class: str = ""
+    namespace: str = "default"
+    labels: Mapping[str, str] = field(default_factory=dict)
+    preemptible: bool = True
+    gpu_link: str = "prefer-nvlink"
+    numa: str = "none"
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    # label key -> allowed values: a required node affinity term (key In values)
+    node_affinity: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def has_pod_group(self) -> bool:
+        """Jobs of several pods, or with a topology policy, get a PodGroup;
+        a lone pod is a gang of one by itself."""
+        return self.pods > 1 or self.min_member > 1 or self.topology_policy != _DEFAULT_TOPOLOGY
+
+    @property
+    def topology_policy(self) -> TopologyPolicySpec:
+        return TopologyPolicySpec(gpu_link=self.gpu_link, numa=self.numa)
+
+    def pod_name(self, index: int, incarnation: int) -> str:
+        """Pods recreated after a preemption get new names, as a controller's do."""
+        return f"{self.name}-{index}" + (f"-r{incarnation}" if incarnation else "")
+
+
+def stamp(t: float) -> str:
+    return (SIM_EPOCH + timedelta(seconds=t)).isoformat().replace("+00:00", "Z")
+
+
+def to_unix(t: float) -> float:
+    return SIM_EPOCH.timestamp() + t
+
+
+def pod_object(job: Job, index: int, incarnation: int, created: float, scheduler_name: str) -> dict[str, Any]:
+    """The Pod a controller creates for member ``index`` of ``job``."""
+    name = job.pod_name(index, incarnation)
+    labels = dict(job.labels)
+    if job.has_pod_group:
+        labels[constants.POD_GROUP_LABEL] = job.name
+    meta: dict[str, Any] = {"name": name, "namespace": job.namespace, "uid": f"{job.namespace}/{name}",
+                            "creationTimestamp": stamp(created), "labels": labels}
+    if not job.preemptible:
+        meta["annotations"] = {constants.PREEMPTIBLE_ANNOTATION: "false"}
+    limits = {constants.GPU_RESOURCE: str(job.gpus)} if job.gpus else {}
+    spec: dict[str, Any] = {
+        "schedulerName": scheduler_name, "priority": job.priority,
+        "containers": [{"name": "main", "resources": {"requests": {"cpu": job.cpu, "memory": job.memory},
+                                                      "limits": limits}}],
+        "nodeSelector": dict(job.node_selector),
+    }
+    if job.priority_class:
+        spec["priorityClassName"] = job.priority_class
+    if job.node_affinity:
+        spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": [
+                {"key": key, "operator": "In", "values": list(values)} for key, values in job.node_affinity]}]}}}
+    return {"metadata": meta, "spec": spec, "status": {"phase": "Pending"}}
+
+
+def pod_group_object(job: Job) -> dict[str, Any]:
+    spec = PodGroupSpec(min_member=job.min_member, priority_class_name=job.priority_class or None,
+                        topology_policy=job.topology_policy if job.topology_policy != _DEFAULT_TOPOLOGY else None)
+    meta: dict[str, Any] = {"name": job.name, "namespace": job.namespace, "generation": 1,
+                            "creationTimestamp": stamp(job.arrival)}
+    if not job.preemptible:
+        meta["annotations"] = {constants.PREEMPTIBLE_ANNOTATION: "false"}
+    return {"apiVersion": constants.API_VERSION, "kind": constants.PODGROUP_KIND, "metadata": meta,
+            "spec": spec.to_json()}
+
+
+# --------------------------------------------------------------------------
+# workload files
+# --------------------------------------------------------------------------
+
+
+def load_workload(path: Path, seed: int | None = None) -> list[Job]:
+    """The jobs of a workload file, by arrival: YAML with ``jobs`` and/or
+    ``generate`` (drawn with ``seed``, else the file's ``seed``), or CSV
+    with one job per row (docs/simulator.md)."""
+    if not path.is_file():
+        raise InputError(f"{path}: no such file")
+    if path.suffix.lower() == ".csv":
+        jobs = [_job(r, r.seconds("arrival")) for r in read_csv(path, {"name", "arrival", "duration"}, _JOB_FIELDS)]
+    else:
+        top = read_yaml(path)
+        top.check_known({"seed", "jobs", "generate"})
+        rng = random.Random(seed if seed is not None else top.integer("seed", 1))
+        jobs = [_job(r, r.seconds("arrival")) for r in top.records("jobs")]
+        for generator in top.records("generate"):
+            jobs += _generate(generator, rng)
+    if not jobs:
+        raise InputError(f"{path}: line 1: no jobs")
+    keys = [j.key for j in jobs]
+    if len(set(keys)) < len(keys):
+        duplicate = next(k for k in keys if keys.count(k) > 1)
+        raise InputError(f"{path}: job {duplicate} is defined twice")
+    return sorted(jobs, key=lambda j: (j.arrival, j.key))
+
+
+def _job(record: Record, arrival: float, name: str | None = None, pods: int | None = None,
+         gpus: int | None = None, duration: float | None = None) -> Job:
+    """A job from a record; a generator passes what it drew for the job."""
+    if name is None:
+        record.check_known(_JOB_FIELDS)
+    pods = pods if pods is not None else record.integer("pods", 1, minimum=1)
+    min_member = record.integer("minMember", pods, minimum=1)
+    if min_member > pods:
+        raise record.error("minMember", f"{min_member} is more than pods ({pods})")
+    return Job(
+        name=name or record.text("name"),
+        arrival=arrival,
+        duration=duration if duration is not None else record.seconds("duration"),
+        pods=pods,
+        min_member=min_member,
+        gpus=gpus if gpus is not None else record.integer("gpus", 0),
+        cpu=record.quantity("cpu", "cpu", "1"),
+        memory=record.quantity("memory", "memory", "4Gi"),
+        priority=record.integer("priority", 0, minimum=-(2**31)),
+        priority_class=record.text("priorityClass", ""),
+        namespace=record.text("namespace", "default"),
+        labels=record.labels("labels"),
+        preemptible=record.flag("preemptible", True),
+        gpu_link=record.choice("gpuLink", _GPU_LINKS, "prefer-nvlink"),
+        numa=record.choice("numa", _NUMA, "none"),
+        node_selector=record.labels("nodeSelector"),
+    )
+
+
+def _generate(record: Record, rng: random.Random) -> list[Job]:
+    """``count`` jobs named ``name-0``, ``name-1``, ... arriving uniformly at
+    random in ``window``; list-valued fields are drawn per job."""
+    record.check_known(_GENERATOR_FIELDS)
+    prefix, count = record.text("name"), record.integer("count", minimum=1)
+    start, end = _pair(record, "window")
+    low, high = _pair(record, "duration")
+    pods_choices, gpu_choices = _choices(record, "pods", 1, 1), _choices(record, "gpus", 0, 0)
+    arrivals = sorted(rng.uniform(start, end) for _ in range(count))
+    return [_job(record, round(arrival, 3), name=f"{prefix}-{i}", pods=rng.choice(pods_choices),
+                 gpus=rng.choice(gpu_choices), duration=round(rng.uniform(low, high), 3))
+            for i, arrival in enumerate(arrivals)]
+
+
+def _pair(record: Record, field: str) -> tuple[float, float]:
+    value = record.get(field)
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
+        return float(value), float(value)
+    if (not isinstance(value, list) or len(value) != 2
+            or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 for v in value)
+            or value[0] > value[1]):
+        raise record.error(field, f"must be [low, high] seconds with 0 <= low <= high, or one number; got {value!r}")
+    return float(value[0]), float(value[1])
+
+
+def _choices(record: Record, field: str, default: int, minimum: int) -> list[int]:
+    value = record.get(field, default)
+    values = value if isinstance(value, list) else [value]
+    if not values or not all(isinstance(v, int) and not isinstance(v, bool) and v >= minimum for v in values):
+        raise record.error(field, f"must be a whole number >= {minimum} or a list of them, got {value!r}")
+    return values
+
+
+def describe_workload(jobs: list[Job]) -> str:
+    pods = sum(j.pods for j in jobs)
+    gangs = sum(1 for j in jobs if j.pods > 1)
+    span = max(j.arrival for j in jobs) - min(j.arrival for j in jobs)
+    return f"{len(jobs)} jobs ({gangs} multi-pod gangs), {pods} pods, arriving over {span / 3600:.1f} h"

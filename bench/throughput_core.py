@@ -1,0 +1,125 @@
+"""Decision throughput and cycle time of the core, in process.
+
+    .venv/bin/python bench/throughput_core.py [--nodes 500,5000,10000] [--pods 10000]
+                                              [--arrival-seconds 500] [--seed 1] [--profile NODES]
+
+For each cluster size: NODES x 8 GPUs (the four built-in 8-GPU boards in
+turn, each node carrying its gpu-topology annotation) and the same 10,000
+pods in gangs of 1 to 64 pods, arriving evenly over ``--arrival-seconds``
+simulated seconds (a gang at a time), driven through the simulator exactly
+as the shell drives the core: one ``schedule_cycle`` per simulated second
+while anything changed or a backoff expired.  Pods run for a while and end,
+so capacity churns; their durations grow with the cluster (x NODES / 5000)
+so the offered load is the same share of every cluster (the header prints
+it: the GPU-seconds asked over the GPU-seconds of the arrival window).
+
+Gangs: sizes 1 (40%), 2, 4 (15% each), 8 (12%), 16 (10%), 32 (5%), 64 (3%)
+pods; a lone pod asks 1, 2, 4 or 8 GPUs, a gang member 4 or 8; every pod
+2 cpu and 16Gi per GPU.  Preemption is off (the scheduler's default).
+
+Reported: cycles run; pods placed; core seconds (the time inside the
+policy's cycle: note_changes, snapshot, schedule_cycle); decisions per
+second (pods placed / core seconds); cycle time p50 / p99 / max.
+``--profile NODES`` runs that size under cProfile and prints the top
+functions by their own time and by cumulative time.
+"""
+from __future__ import annotations
+
+import argparse
+import cProfile
+import dataclasses
+import platform
+import pstats
+import random
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from batchsched.sim.cluster import NodeGroup, build_nodes, builtin_topologies  # noqa: E402
+from batchsched.sim.engine import Simulation  # noqa: E402
+from batchsched.sim.metrics import percentile  # noqa: E402
+from batchsched.sim.policies import BatchschedPolicy  # noqa: E402
+from batchsched.sim.workload import Job  # noqa: E402
+
+BOARDS = ("dgx1-v100", "dgx-a100", "dgx-h100", "pcie-8gpu")
+GANG_SIZES = ((1, 40), (2, 15), (4, 15), (8, 12), (16, 10), (32, 5), (64, 3))
+REFERENCE_NODES = 5000
+
+
+def cluster(nodes: int) -> list[NodeGroup]:
+    per_board = [nodes // len(BOARDS) + (k < nodes % len(BOARDS)) for k in range(len(BOARDS))]
+    return [NodeGroup(name=board, gpus=8, cpu="256", memory="2Ti", count=count,
+                      topology=builtin_topologies()[board], topology_name=board)
+            for board, count in zip(BOARDS, per_board) if count]
+
+
+def workload(pods: int, nodes: int, seed: int, arrival_seconds: float) -> list[Job]:
+    rng = random.Random(seed)
+    sizes, weights = zip(*GANG_SIZES)
+    jobs, total = [], 0
+    while total < pods:
+        size = min(rng.choices(sizes, weights)[0], pods - total)
+        gpus = rng.choice((1, 2, 4, 8)) if size == 1 else rng.choice((4, 8))
+        duration = rng.uniform(100, 300) * nodes / REFERENCE_NODES
+        jobs.append(Job(name=f"job-{len(jobs)}", arrival=0.0, duration=round(duration, 3), pods=size,
+                        min_member=size, gpus=gpus, cpu=str(2 * gpus), memory=f"{16 * gpus}Gi",
+                        namespace="bench"))
+        total += size
+    spacing = arrival_seconds / len(jobs)
+    return [dataclasses.replace(job, arrival=round(i * spacing, 3)) for i, job in enumerate(jobs)]
+
+
+def offered_load(jobs: list[Job], nodes: int) -> float:
+    window = max(j.arrival for j in jobs) - min(j.arrival for j in jobs)
+    return sum(j.pods * j.gpus * j.duration for j in jobs) / (8 * nodes * max(window, 1.0))
+
+
+def measure(nodes: int, jobs: list[Job]) -> dict:
+    simulation = Simulation(build_nodes(cluster(nodes)), jobs, BatchschedPolicy())
+    started = time.perf_counter()
+    result = simulation.run()
+    wall = time.perf_counter() - started
+    cycles = result.cycle_seconds
+    placed = result.pods - result.pods_never_placed
+    core = sum(cycles)
+    return {"nodes": nodes, "cycles": len(cycles), "placed": placed, "core": core, "wall": wall,
+            "rate": placed / core if core else 0.0, "p50": 1000 * percentile(cycles, 50),
+            "p99": 1000 * percentile(cycles, 99), "max": 1000 * max(cycles, default=0.0),
+            "started": result.jobs_started, "jobs": result.jobs}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--nodes", default="500,5000,10000", help="cluster sizes, comma separated")
+    parser.add_argument("--pods", type=int, default=10_000)
+    parser.add_argument("--arrival-seconds", type=float, default=500.0)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--profile", type=int, metavar="NODES", help="profile this size instead")
+    args = parser.parse_args()
+    if args.profile:
+        profiler = cProfile.Profile()
+        profiler.runcall(measure, args.profile, workload(args.pods, args.profile, args.seed, args.arrival_seconds))
+        stats = pstats.Stats(profiler)
+        stats.sort_stats("tottime").print_stats(25)
+        stats.sort_stats("cumulative").print_stats(40)
+        return 0
+    print(f"# {platform.python_implementation()} {platform.python_version()}, {platform.machine()}, "
+          f"{args.pods} pods arriving over {args.arrival_seconds:g} s, seed {args.seed}")
+    print("| nodes | GPUs | offered load | cycles | pods placed | jobs started | core s | decisions/s | "
+          "cycle p50 ms | p99 ms | max ms | wall s |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for nodes in (int(n) for n in args.nodes.split(",")):
+        jobs = workload(args.pods, nodes, args.seed, args.arrival_seconds)
+        m = measure(nodes, jobs)
+        print(f"| {nodes} | {8 * nodes} | {100 * offered_load(jobs, nodes):.0f}% | {m['cycles']} | {m['placed']} | "
+              f"{m['started']}/{m['jobs']} | "
+              f"{m['core']:.1f} | {m['rate']:.0f} | {m['p50']:.1f} | {m['p99']:.1f} | {m['max']:.1f} | "
+              f"{m['wall']:.1f} |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,55 @@
+"""`batchsched simulate`: the README's first command, and its options."""
+import subprocess
+import sys
+
+import pytest
+
+from batchsched.cli import main
+
+SMALL_CLUSTER = "nodes:\n  - {name: n, count: 2, gpus: 8, topology: dgx-h100}\n"
+SMALL_WORKLOAD = ("name,arrival,duration,pods,gpus\n"
+                  "a,0,600,2,8\nb,30,300,1,4\nc,60,300,1,2\nd,90,100,2,8\n")
+
+
+def test_simulate_without_arguments_runs_the_embedded_default(tmp_path):
+    # from another directory, as an installed command: the defaults are package data
+    done = subprocess.run([sys.executable, "-m", "batchsched", "simulate"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "cluster:  embedded default (40 nodes, 320 GPUs" in out
+    assert "workload: embedded default (" in out
+    header = next(line for line in out.splitlines() if "batchsched" in line and "spread" in line)
+    assert header.split() == ["batchsched", "spread", "binpack", "random"]
+    for row in ("jobs placed", "wait p50 / p90 / p99", "GPU allocation", "stranded GPUs",
+                "aligned multi-GPU pods", "preempted pods", "unscheduled pods"):
+        assert row in out
+    preempted = next(line for line in out.splitlines() if line.startswith("preempted pods"))
+    assert preempted.split()[3] != "0"  # preemption is on for batchsched in the default scenario
+
+
+def test_files_policies_and_plots(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    (tmp_path / "c.yaml").write_text(SMALL_CLUSTER)
+    (tmp_path / "w.csv").write_text(SMALL_WORKLOAD)
+    code = main(["simulate", "--cluster", str(tmp_path / "c.yaml"), "--workload", str(tmp_path / "w.csv"),
+                 "--policies", "batchsched,binpack", "--plot", str(tmp_path / "charts")])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "2 nodes, 16 GPUs: 2 dgx-h100" in out and "4 jobs" in out
+    assert sorted(p.name for p in (tmp_path / "charts").iterdir()) == [
+        "occupancy-batchsched.png", "occupancy-binpack.png", "utilization.png", "waits.png"]
+
+
+def test_plot_without_matplotlib_says_how_to_get_it(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import fails
+    assert main(["simulate", "--plot", str(tmp_path)]) == 2
+    assert "--plot needs matplotlib: pip install 'batchsched[plot]'" in capsys.readouterr().err
+
+
+def test_bad_input_is_one_line_and_status_1(tmp_path, capsys):
+    (tmp_path / "w.csv").write_text("name,arrival,duration\na,0,-5\n")
+    assert main(["simulate", "--workload", str(tmp_path / "w.csv")]) == 1
+    assert capsys.readouterr().err.strip().endswith("w.csv: line 2: duration: must be at least 0, got '-5'")
+    assert main(["simulate", "--policies", "fifo"]) == 1
+    assert "unknown policy 'fifo'" in capsys.readouterr().err
