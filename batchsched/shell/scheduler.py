@@ -18,6 +18,8 @@ from batchsched.core.model import PodInfo, parse_time
 from batchsched.core.queueing.queue import GangQueue
 from batchsched.core.snapshot import Snapshot
 from batchsched.core.status import conditions_for, count_members, phase_of
+from batchsched.core.topology.accounting import topology_of
+from batchsched.core.topology.alignment import is_aligned
 from batchsched.shell.binder import Binder, BindRequest, BindResult
 from batchsched.shell.cache import ClusterCache
 from batchsched.shell.evictor import Evictor
@@ -191,6 +193,7 @@ class Scheduler:
         self.metrics.bind_duration.observe(result.seconds)
         if result.ok:
             self.bound_total += 1
+            self._count_alignment(req)
             self.events.emit(pod_ref(req.namespace, req.name, req.uid), "Normal", "Scheduled",
                              f"Successfully assigned {req.namespace}/{req.name} to {req.node}"
                              + (f" (GPUs {','.join(map(str, req.gpu_ids))})" if req.gpu_ids else ""))
@@ -201,6 +204,14 @@ class Scheduler:
         self.cache.forget(req.uid)
         self.events.emit(pod_ref(req.namespace, req.name, req.uid), "Warning", "FailedBinding",
                          f"Binding to {req.node} failed: {result.error}")
+
+    def _count_alignment(self, req: BindRequest) -> None:
+        """Multi-GPU pods on nodes of known topology: aligned set or not (docs/simulator.md)."""
+        node = self.cache.nodes.get(req.node)
+        topology = topology_of(node) if node is not None and len(req.gpu_ids) > 1 else None
+        if topology is not None:
+            aligned = is_aligned(topology, req.gpu_ids)
+            self.metrics.multi_gpu_pods_bound.labels("true" if aligned else "false").inc()
 
     # ---- status and events --------------------------------------------------------
 

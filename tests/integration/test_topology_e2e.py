@@ -11,6 +11,7 @@ from batchsched.api import constants
 from batchsched.core.topology.annotation import to_annotation
 from batchsched.core.topology.parse import parse_topo
 from tests.support.kube import wait_for
+from tests.support.metrics import sample
 from tests.support.objects import pod, pod_group
 
 pytestmark = pytest.mark.e2e
@@ -62,11 +63,13 @@ def test_a_four_gpu_pod_gets_an_nvlink_quad_in_one_numa_node(env, start_schedule
     dgx = topology_node(env, "dgx1", dgx_annotation)
     topology_node(env, "pcie", pcie_annotation)
     env.create(pod("quad", env.namespace, gpus=4, cpu="1"))
-    start_scheduler()
+    proc = start_scheduler()
     ids = wait_for("quad bound", lambda: gpu_ids(env, "quad"))
     assert env.bound()["quad"] == dgx
     assert ids == (0, 1, 2, 3)  # NUMA 0 of the DGX-1
     assert all((i, j) in DGX1_NVLINK for i in ids for j in ids if i < j)
+    wait_for("the aligned placement counted", lambda: sample(
+        proc.get("/metrics")[1], "batchsched_multi_gpu_pods_bound_total", 'aligned="true"') == 1)
 
 
 def test_a_two_gpu_pod_on_a_partly_used_node_gets_an_nvlink_pair(env, start_scheduler, captures):
