@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/throughput_core.py [--nodes 500,5000,10000] [--pods 10000]
                                               [--arrival-seconds 500] [--seed 1] [--profile NODES]
+                                              [--settle-heap]
 
 For each cluster size: NODES x 8 GPUs (the four built-in 8-GPU boards in
 turn, each node carrying its gpu-topology annotation) and the same 10,000
@@ -21,13 +22,18 @@ Reported: cycles run; pods placed; core seconds (the time inside the
 policy's cycle: note_changes, snapshot, schedule_cycle); decisions per
 second (pods placed / core seconds); cycle time p50 / p99 / max.
 ``--profile NODES`` runs that size under cProfile and prints the top
-functions by their own time and by cumulative time.
+functions by their own time and by cumulative time.  ``--settle-heap``
+does what ``batchsched run`` does once its caches sync (``gc.freeze()`` and
+higher collector thresholds, batchsched/shell/heap.py) after building each
+cluster, and undoes it after the run; without it the collector runs with
+Python's defaults.
 """
 from __future__ import annotations
 
 import argparse
 import cProfile
 import dataclasses
+import gc
 import platform
 import pstats
 import random
@@ -43,6 +49,9 @@ from batchsched.sim.engine import Simulation  # noqa: E402
 from batchsched.sim.metrics import percentile  # noqa: E402
 from batchsched.sim.policies import BatchschedPolicy  # noqa: E402
 from batchsched.sim.workload import Job  # noqa: E402
+from batchsched.shell.heap import THRESHOLDS, settle_heap  # noqa: E402
+
+DEFAULT_GC_THRESHOLDS = gc.get_threshold()
 
 BOARDS = ("dgx1-v100", "dgx-a100", "dgx-h100", "pcie-8gpu")
 GANG_SIZES = ((1, 40), (2, 15), (4, 15), (8, 12), (16, 10), (32, 5), (64, 3))
@@ -77,10 +86,17 @@ def offered_load(jobs: list[Job], nodes: int) -> float:
     return sum(j.pods * j.gpus * j.duration for j in jobs) / (8 * nodes * max(window, 1.0))
 
 
-def measure(nodes: int, jobs: list[Job]) -> dict:
+def measure(nodes: int, jobs: list[Job], settle: bool = False) -> dict:
     simulation = Simulation(build_nodes(cluster(nodes)), jobs, BatchschedPolicy())
+    if settle:  # as the scheduler process does once its caches sync
+        settle_heap()
     started = time.perf_counter()
-    result = simulation.run()
+    try:
+        result = simulation.run()
+    finally:
+        if settle:
+            gc.unfreeze()
+            gc.set_threshold(*DEFAULT_GC_THRESHOLDS)
     wall = time.perf_counter() - started
     cycles = result.cycle_seconds
     placed = result.pods - result.pods_never_placed
@@ -98,22 +114,27 @@ def main() -> int:
     parser.add_argument("--arrival-seconds", type=float, default=500.0)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--profile", type=int, metavar="NODES", help="profile this size instead")
+    parser.add_argument("--settle-heap", action="store_true",
+                        help="once the cluster is built, gc.freeze() and raise the collector's thresholds, "
+                             "as `batchsched run` does after its caches sync (batchsched/shell/heap.py)")
     args = parser.parse_args()
     if args.profile:
         profiler = cProfile.Profile()
-        profiler.runcall(measure, args.profile, workload(args.pods, args.profile, args.seed, args.arrival_seconds))
+        profiler.runcall(measure, args.profile, workload(args.pods, args.profile, args.seed, args.arrival_seconds),
+                         args.settle_heap)
         stats = pstats.Stats(profiler)
         stats.sort_stats("tottime").print_stats(25)
         stats.sort_stats("cumulative").print_stats(40)
         return 0
     print(f"# {platform.python_implementation()} {platform.python_version()}, {platform.machine()}, "
-          f"{args.pods} pods arriving over {args.arrival_seconds:g} s, seed {args.seed}")
+          f"{args.pods} pods arriving over {args.arrival_seconds:g} s, seed {args.seed}"
+          f"{', heap settled (gc.freeze, thresholds ' + str(THRESHOLDS) + ')' if args.settle_heap else ''}")
     print("| nodes | GPUs | offered load | cycles | pods placed | jobs started | core s | decisions/s | "
           "cycle p50 ms | p99 ms | max ms | wall s |")
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for nodes in (int(n) for n in args.nodes.split(",")):
         jobs = workload(args.pods, nodes, args.seed, args.arrival_seconds)
-        m = measure(nodes, jobs)
+        m = measure(nodes, jobs, args.settle_heap)
         print(f"| {nodes} | {8 * nodes} | {100 * offered_load(jobs, nodes):.0f}% | {m['cycles']} | {m['placed']} | "
               f"{m['started']}/{m['jobs']} | "
               f"{m['core']:.1f} | {m['rate']:.0f} | {m['p50']:.1f} | {m['p99']:.1f} | {m['max']:.1f} | "

@@ -33,6 +33,19 @@ class Snapshot:
         used = self._used_by_node(gone)
         return {name: res.subtract(node.allocatable, used[name]) for name, node in self.nodes.items()}
 
+    def pods_by_node(self) -> Mapping[str, tuple[PodInfo, ...]]:
+        """The pods bound to each node name, in ``pods`` order.  Built once
+        per snapshot (kept in the instance's ``__dict__``, not a field)."""
+        index = self.__dict__.get("_pods_by_node")
+        if index is None:
+            grouped: dict[str, list[PodInfo]] = {}
+            for pod in self.pods.values():
+                if pod.node_name:
+                    grouped.setdefault(pod.node_name, []).append(pod)
+            index = {name: tuple(pods) for name, pods in grouped.items()}
+            object.__setattr__(self, "_pods_by_node", index)
+        return index
+
     def _used_by_node(self, gone: Callable[[PodInfo], bool]) -> dict[str, Resources]:
         used: dict[str, Resources] = {name: {} for name in self.nodes}
         for pod in self.pods.values():

@@ -16,6 +16,7 @@ from typing import Callable
 
 from batchsched.config import SchedulerConfig
 from batchsched.shell import server
+from batchsched.shell.heap import settle_heap
 from batchsched.shell.kube import Kube
 from batchsched.shell.leader import LeaderElector, default_identity, resolve_lease_namespace
 from batchsched.shell.metrics import Metrics
@@ -60,6 +61,12 @@ async def run_replica(kubeconfig: str | None, config: SchedulerConfig) -> int:
     return 0
 
 
+async def _settle_heap_when_synced(scheduler: Scheduler) -> None:
+    """Once the caches hold the cluster, keep the collector off them."""
+    await scheduler.ready.wait()
+    settle_heap()
+
+
 def _readiness(scheduler: Scheduler, elector: LeaderElector | None) -> Callable[[], str]:
     def not_ready() -> str:
         if not scheduler.ready.is_set():
@@ -78,7 +85,7 @@ async def _run_until_stopped(scheduler: Scheduler, elector: LeaderElector | None
         loop.add_signal_handler(sig, stop.set)
     scheduling = asyncio.create_task(scheduler.run(), name="scheduler")
     waiting = [scheduling, asyncio.create_task(stop.wait())]
-    background = []
+    background = [asyncio.create_task(_settle_heap_when_synced(scheduler), name="settle-heap")]
     if elector is not None:
         background.append(asyncio.create_task(elector.run(), name="leader-election"))
         waiting.append(asyncio.create_task(elector.lost.wait()))

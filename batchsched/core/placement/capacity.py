@@ -22,7 +22,7 @@ quality before packing.
 from __future__ import annotations
 
 import heapq
-from collections import Counter
+from collections import Counter, OrderedDict
 from typing import Collection, Mapping
 
 from batchsched.api.constants import GPU_RESOURCE
@@ -53,6 +53,29 @@ def shape_key(pod: PodInfo) -> tuple:
     return (placement_key(pod), tuple(sorted(pod.requests.items())))
 
 
+# (request items in order, policy) -> node name -> (node, room, free, tiebreak,
+# score or reasons): what ``ShapeView._classify`` last found for that node,
+# reused -- in later views and later cycles -- while the node and its room
+# are the same objects and its free resources and tiebreak are equal.  The
+# outcome is a function of exactly those (and the request and policy of the
+# key), so reuse changes no decision; rooms are immutable, and the free map is
+# copied.  The shapes least recently used are dropped beyond _MEMO_SHAPES.
+_MEMO: OrderedDict[tuple, dict[str, tuple]] = OrderedDict()
+_MEMO_SHAPES = 16
+
+
+def _outcomes(wanted: tuple, policy: TopologyPolicy) -> dict[str, tuple]:
+    key = (wanted, policy)
+    memo = _MEMO.get(key)
+    if memo is None:
+        memo = _MEMO[key] = {}
+        while len(_MEMO) > _MEMO_SHAPES:
+            _MEMO.popitem(last=False)
+    else:
+        _MEMO.move_to_end(key)
+    return memo
+
+
 class ShapeView:
     """Where pods of one shape can go under one topology policy, given the
     index's free map and GPU rooms."""
@@ -76,6 +99,7 @@ class ShapeView:
         self._short_counts: Counter = Counter()
         self._heap: list[Entry] = []
         self._stash: list[Entry] = []  # popped by the current attempt
+        self._memo = _outcomes(self._wanted, policy)
         for name in self.feasible:
             self._classify(name, push=False)
         heapq.heapify(self._heap)
@@ -130,18 +154,29 @@ class ShapeView:
 
     def _classify(self, name: str, push: bool = True) -> None:
         """File a feasible node as fitting (heap) or short (reasons)."""
-        self._short_counts.subtract(self._short.pop(name, ()))
-        free = self._index.free.get(name, {})
-        pick = self.pick(name, free, self._index.rooms.get(name))
-        if isinstance(pick, GpuPick):
-            entry = (self.score(name, free, pick), name, self._index.versions.get(name, 0))
+        short = self._short.pop(name, None)
+        if short:
+            self._short_counts.subtract(short)
+        index = self._index
+        free = index.free.get(name, {})
+        node, room, tiebreak = index.nodes[name], index.rooms.get(name), index.tiebreak.get(name, ())
+        memo = self._memo.get(name)
+        if (memo is not None and memo[0] is node and memo[1] is room and memo[2] == free
+                and memo[3] == tiebreak):
+            outcome = memo[4]
+        else:
+            pick = self.pick(name, free, room)
+            outcome = self.score(name, free, pick) if isinstance(pick, GpuPick) else pick
+            self._memo[name] = (node, room, dict(free), tiebreak, outcome)
+        if type(outcome) is tuple:  # the score (else a list of reasons)
+            entry = (outcome, name, index.versions.get(name, 0))
             if push:
                 heapq.heappush(self._heap, entry)
             else:
                 self._heap.append(entry)
         else:
-            self._short[name] = pick
-            self._short_counts.update(pick)
+            self._short[name] = outcome
+            self._short_counts.update(outcome)
 
     def refresh(self, name: str) -> None:
         """Node ``name`` changed in the index's free map."""

@@ -33,35 +33,60 @@ from batchsched.core.topology.model import GpuTopology
 _NUMA_RESOURCES = (res.CPU, res.MEMORY)
 
 
-def gpus_shared(node: NodeInfo) -> bool:
-    """GPU feature discovery says the node's GPUs are time-sliced or MPS-shared."""
+def _facts(node: NodeInfo) -> tuple:
+    """The node's fixed GPU facts (sharing, id count, topology, NUMA shares),
+    computed once per ``NodeInfo`` object: they depend only on its fields, the
+    object is frozen, and a changed node is a new object.  Kept in the
+    object's ``__dict__`` (not a field: equality, repr and ``replace`` are
+    unaffected)."""
+    facts = node.__dict__.get("_gpu_facts")
+    if facts is None:
+        shared = _gpus_shared(node)
+        ids = 0 if shared or _has_mig_devices(node) else (
+            len(node.topology) if node.topology is not None else node.allocatable.get(constants.GPU_RESOURCE, 0))
+        topology = node.topology if ids else None
+        facts = (shared, ids, topology, _numa_capacity(node, topology))
+        object.__setattr__(node, "_gpu_facts", facts)
+    return facts
+
+
+def _gpus_shared(node: NodeInfo) -> bool:
     strategy = node.labels.get(constants.GPU_SHARING_STRATEGY_LABEL, "none")
     replicas = node.labels.get(constants.GPU_REPLICAS_LABEL, "1")
     return strategy in ("time-slicing", "mps") or (replicas.isdigit() and int(replicas) > 1)
 
 
-def has_mig_devices(node: NodeInfo) -> bool:
+def _has_mig_devices(node: NodeInfo) -> bool:
     return node.labels.get(constants.MIG_STRATEGY_LABEL) == "single" or any(
         name.startswith(constants.MIG_RESOURCE_PREFIX) for name in node.allocatable)
 
 
+def gpus_shared(node: NodeInfo) -> bool:
+    """GPU feature discovery says the node's GPUs are time-sliced or MPS-shared."""
+    return _facts(node)[0]
+
+
+def has_mig_devices(node: NodeInfo) -> bool:
+    return _has_mig_devices(node)
+
+
 def gpu_id_count(node: NodeInfo) -> int:
     """How many GPU ids the node hands out (0: its GPUs go by count only)."""
-    if gpus_shared(node) or has_mig_devices(node):
-        return 0
-    if node.topology is not None:
-        return len(node.topology)
-    return node.allocatable.get(constants.GPU_RESOURCE, 0)
+    return _facts(node)[1]
 
 
 def topology_of(node: NodeInfo) -> GpuTopology | None:
     """The topology the planner uses: none where GPUs have no ids."""
-    return node.topology if gpu_id_count(node) else None
+    return _facts(node)[2]
 
 
 def numa_capacity(node: NodeInfo) -> dict[int, Resources]:
-    """Each NUMA node's share of the node's allocatable cpu and memory."""
-    topology = topology_of(node)
+    """Each NUMA node's share of the node's allocatable cpu and memory.
+    Shared with every caller: do not mutate."""
+    return _facts(node)[3]
+
+
+def _numa_capacity(node: NodeInfo, topology: GpuTopology | None) -> dict[int, Resources]:
     if topology is None or not topology.numa_nodes:
         return {}
     numa_nodes = topology.numa_nodes
@@ -129,20 +154,37 @@ def charged_numa(node: NodeInfo, gpus: Iterable[int], asked: int) -> int | None:
     return numa_of(topology, named) if topology and named and len(named) == asked else None
 
 
+# Node name -> (node, the pods counted there, its room): the last room built
+# for each node, reused while the node is the same object and the pods
+# counted there are equal (the same objects, mostly: the shell's cache makes
+# a new PodInfo only for a pod that changed).  A room depends only on those,
+# so reuse changes no result; GpuRoom is immutable.
+_ROOM_CACHE: dict[str, tuple[NodeInfo, tuple[PodInfo, ...], GpuRoom]] = {}
+
+
 def gpu_rooms(snapshot: Snapshot, gone: Callable[[PodInfo], bool] = lambda pod: False) -> dict[str, GpuRoom]:
     """The room of every node whose GPUs have ids or whose NUMA nodes are
     known, as if the bound pods for which ``gone`` is true had finished."""
+    cache = _ROOM_CACHE
+    if len(cache) > 2 * len(snapshot.nodes) + 64:  # nodes gone, or another cluster: drop the rest
+        for name in [name for name in cache if name not in snapshot.nodes]:
+            del cache[name]
+    by_node = snapshot.pods_by_node()
     rooms: dict[str, GpuRoom] = {}
     for name, node in snapshot.nodes.items():
         ids, capacity = gpu_id_count(node), numa_capacity(node)
-        if ids or capacity:
-            rooms[name] = GpuRoom((1 << ids) - 1, capacity, capacity)
-    for pod in snapshot.pods.values():
-        room = rooms.get(pod.node_name)
-        if room is None or not pod.holds_resources or gone(pod):
+        if not (ids or capacity):
             continue
-        asked = pod.requests.get(constants.GPU_RESOURCE, 0)
-        named = [g for g in sorted(set(pod.gpu_ids)) if room.free >> g & 1][:asked]  # in range, unclaimed
-        rooms[pod.node_name] = room.take(named, pod.requests, charged_numa(snapshot.nodes[pod.node_name],
-                                                                           named, asked))
+        pods = tuple(pod for pod in by_node.get(name, ()) if pod.holds_resources and not gone(pod))
+        hit = cache.get(name)
+        if hit is not None and hit[0] is node and hit[1] == pods:
+            rooms[name] = hit[2]
+            continue
+        room = GpuRoom((1 << ids) - 1, capacity, capacity)
+        for pod in pods:
+            asked = pod.requests.get(constants.GPU_RESOURCE, 0)
+            named = [g for g in sorted(set(pod.gpu_ids)) if room.free >> g & 1][:asked]  # in range, unclaimed
+            room = room.take(named, pod.requests, charged_numa(node, named, asked))
+        cache[name] = (node, pods, room)
+        rooms[name] = room
     return rooms
