@@ -38,33 +38,25 @@ class Record(dict):
             raise self.error(field, f"must be a string, got {value!r}")
         return str(value)
 
-    def integer(self, field: str, default: int | None = None, minimum: int = 0) -> int:
+    def _number(self, field: str, default, parse, what: str, minimum):
         value = self.get(field)
         if value in (None, ""):
             if default is None:
                 raise self.error(field, "missing")
             return default
         try:
-            number = int(str(value))
+            number = parse(str(value))
         except ValueError:
-            raise self.error(field, f"must be a whole number, got {value!r}") from None
-        if number < minimum:
-            raise self.error(field, f"must be at least {minimum}, got {number}")
+            raise self.error(field, f"must be {what}, got {value!r}") from None
+        if not number >= minimum:  # also refuses NaN
+            raise self.error(field, f"must be at least {minimum}, got {value!r}")
         return number
 
+    def integer(self, field: str, default: int | None = None, minimum: int = 0) -> int:
+        return self._number(field, default, int, "a whole number", minimum)
+
     def seconds(self, field: str, default: float | None = None) -> float:
-        value = self.get(field)
-        if value in (None, ""):
-            if default is None:
-                raise self.error(field, "missing")
-            return default
-        try:
-            number = float(str(value))
-        except ValueError:
-            raise self.error(field, f"must be a number of seconds, got {value!r}") from None
-        if not number >= 0:  # also refuses NaN
-            raise self.error(field, f"must be at least 0, got {value!r}")
-        return number
+        return self._number(field, default, float, "a number of seconds", 0)
 
     def quantity(self, field: str, resource: str, default: str) -> str:
         """A Kubernetes quantity ("8", "500m", "64Gi"), checked."""
