@@ -106,7 +106,8 @@ def test_list_then_watch_sees_changes_and_bookmarks_continue(env):
                         return
 
             task = asyncio.create_task(consume())
-            await asyncio.sleep(0.2)
+            # created after the list: the watch from the list's resourceVersion must deliver it,
+            # however late the watch request itself is
             env.create(pod("watched", env.namespace, cpu="1"))
             await asyncio.wait_for(task, 20)
             return seen

@@ -98,11 +98,3 @@ def wait_for(what: str, predicate: Callable[[], Any], timeout: float = 30.0, int
             return last
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
-
-
-def hold(what: str, predicate: Callable[[], Any], duration: float, interval: float = 0.2) -> None:
-    """Assert predicate() stays truthy for ``duration`` seconds (for 'never binds')."""
-    deadline = time.monotonic() + duration
-    while time.monotonic() < deadline:
-        assert predicate(), f"{what} stopped holding"
-        time.sleep(interval)
