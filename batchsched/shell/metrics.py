@@ -79,6 +79,12 @@ class Metrics:
         self.multi_gpu_pods_bound = Counter(
             "batchsched_multi_gpu_pods_bound", "Pods with more than one GPU bound, by whether their "
             "GPUs form an aligned set (one NVLink domain / NUMA node).", ["aligned"], registry=r)
+        self.cycles = Counter(
+            "batchsched_scheduling_cycles", "Scheduling cycles run (one snapshot, one decision pass).",
+            registry=r)
+        self.status_writes = Counter(
+            "batchsched_podgroup_status_writes", "PodGroup status writes sent (only changed statuses "
+            "are written, so an idle cluster adds none).", registry=r)
         self.leader = Gauge(
             "batchsched_leader", "1 while this replica holds the leader lease and acts, else 0.", registry=r)
         self.leader.set_function(lambda: 1)  # no election: the only replica acts

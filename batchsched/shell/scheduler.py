@@ -63,6 +63,7 @@ class Scheduler:
                                lambda: gpu_pools(self.cache.snapshot(time.time()), config.node_pool_label))
         self.cache.on_watch_restart = lambda kind, why: self.metrics.watch_restarts.labels(kind, why).inc()
         self.evictor.on_victim = lambda pod, preemptor: self.metrics.preemption_victims.inc()
+        self.status.on_write = self.metrics.status_writes.inc
 
     # ---- lifecycle --------------------------------------------------------------
 
@@ -116,6 +117,7 @@ class Scheduler:
     # ---- one cycle --------------------------------------------------------------
 
     def cycle(self) -> CyclePlan:
+        self.metrics.cycles.inc()
         for ref, why in self._node_problems:
             self.events.emit(ref, "Warning", "InvalidGpuTopology", why)
         self._node_problems.clear()

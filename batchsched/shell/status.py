@@ -10,7 +10,7 @@ import asyncio
 import logging
 import time
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Callable
 from urllib.parse import quote
 
 from batchsched.api import constants
@@ -39,6 +39,7 @@ class StatusWriter:
         self._last_write: dict[str, float] = {}
         self._wake = asyncio.Event()
         self.writes = 0
+        self.on_write: Callable[[], None] = lambda: None  # metrics hook
 
     def seed(self, key: str, status: dict | None) -> None:
         """What the API server already has (from the watch), so a restart
@@ -91,6 +92,7 @@ class StatusWriter:
             self._written[key] = status
             self._last_write[key] = time.monotonic()
             self.writes += 1
+            self.on_write()
         except ApiError as exc:
             if exc.not_found:
                 self.forget(key)

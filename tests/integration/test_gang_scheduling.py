@@ -287,3 +287,22 @@ def test_explain_answers_why_a_gang_is_pending_from_the_live_cluster(env):
     assert f"{env.id}-cpu0: Insufficient nvidia.com/gpu" in text
     assert f"{env.id}-gpu0: fits (1 such pod(s), GPUs 0,1,2,3,4,5,6,7 for the first)" in text
     assert "the gang needs 2 placed at once" in text
+
+
+def test_an_idle_cluster_costs_no_status_writes(env, start_scheduler):
+    env.add_node("n1", gpus=8)
+    make_gang(env, "steady", 2, gpus=2, cpu="1")
+    proc = start_scheduler()
+    wait_for("steady Running", lambda: env.podgroup("steady").get("status", {}).get("phase") == "Running")
+
+    def metric(name: str) -> float:
+        from tests.support.metrics import sample
+        return sample(proc.get("/metrics")[1], name) or 0
+
+    # let the writer flush what is pending, then count writes across idle cycles
+    wait_for("status settled", lambda: env.podgroup("steady")["status"].get("running") == 2)
+    writes, cycles = metric("batchsched_podgroup_status_writes_total"), metric("batchsched_scheduling_cycles_total")
+    version = env.podgroup("steady")["metadata"]["resourceVersion"]
+    wait_for("two idle cycles", lambda: metric("batchsched_scheduling_cycles_total") >= cycles + 2, timeout=20)
+    assert metric("batchsched_podgroup_status_writes_total") == writes
+    assert env.podgroup("steady")["metadata"]["resourceVersion"] == version
