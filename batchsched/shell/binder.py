@@ -31,6 +31,11 @@ from batchsched.shell.kube import ApiError, Kube
 log = logging.getLogger(__name__)
 
 
+# Not worth retrying: the pod or node is gone, the pod is bound already or was
+# replaced (UID), or the request itself is refused.
+FINAL_STATUSES = frozenset({400, 403, 404, 409, 422})
+
+
 @dataclass(frozen=True)
 class BindRequest:
     uid: str
@@ -60,23 +65,22 @@ class Binder:
 
     async def _bind_one(self, req: BindRequest) -> BindResult:
         annotations = {constants.GPU_IDS_ANNOTATION: ",".join(map(str, req.gpu_ids))} if req.gpu_ids else None
-        delay = 0.1
+        delay, error = 0.1, ""
         async with self._slots:
             started = time.monotonic()
             for attempt in range(self.retries + 1):
+                if attempt:
+                    log.info("binding %s/%s to %s failed (%s); retry %d", req.namespace, req.name, req.node,
+                             error, attempt)
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, 2.0)
                 try:
                     await self.kube.bind(req.namespace, req.name, req.uid, req.node, annotations)
                     return BindResult(req, True, seconds=time.monotonic() - started)
                 except ApiError as exc:
-                    if exc.status in (404, 409, 400, 403, 422) or attempt == self.retries:
-                        return BindResult(req, False, str(exc), time.monotonic() - started)
                     error = str(exc)
+                    if exc.status in FINAL_STATUSES:
+                        break
                 except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
-                    if attempt == self.retries:
-                        return BindResult(req, False, repr(exc), time.monotonic() - started)
                     error = repr(exc)
-                log.info("binding %s/%s to %s failed (%s); retry %d", req.namespace, req.name, req.node,
-                         error, attempt + 1)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 2.0)
-        raise AssertionError("unreachable")
+            return BindResult(req, False, error, time.monotonic() - started)

@@ -151,3 +151,26 @@ def test_harness_kube_scheduler_places_plain_pods(env):
     node = env.add_node("n1")
     env.create(pod("plain", env.namespace, cpu="1", scheduler="default-scheduler"))
     wait_for("kube-scheduler to bind the plain pod", lambda: env.bound().get("plain") == node)
+
+
+def test_binder_reports_a_final_refusal_without_retrying_and_binds_the_rest(env):
+    from batchsched.shell.binder import Binder, BindRequest
+
+    node = env.add_node("n1")
+    for name in ("good", "replaced"):
+        env.create(pod(name, env.namespace, cpu="1"))
+    uid = env.pods()["good"]["metadata"]["uid"]
+
+    async def scenario():
+        k = await Kube.connect(env.kubeconfig)
+        try:
+            return await Binder(k, parallelism=4, retries=3).bind_all([
+                BindRequest(uid, env.namespace, "good", node, "g", (0,)),
+                BindRequest("00000000-0000-0000-0000-000000000000", env.namespace, "replaced", node, "g")])
+        finally:
+            await k.close()
+
+    good, stale = run(scenario())
+    assert good.ok and env.bound()["good"] == node
+    assert not stale.ok and stale.error.startswith("409") and stale.seconds < 0.1  # no backoff slept
+    assert "replaced" not in env.bound()

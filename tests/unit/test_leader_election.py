@@ -51,12 +51,18 @@ async def wait(event: asyncio.Event, timeout: float) -> float:
     return loop.time() - started
 
 
+async def holding(api: FakeLeaseApi, identity: str) -> tuple[LeaderElector, asyncio.Task]:
+    """An elector running against ``api`` that has become the leader."""
+    holder = elector(api, identity)
+    task = asyncio.create_task(holder.run())
+    await wait(holder.leading, 1)
+    return holder, task
+
+
 def test_one_leader_and_the_standby_takes_over_a_lease_duration_after_the_last_renewal():
     async def scenario():
         api = FakeLeaseApi()
-        a, b = elector(api, "a"), elector(api, "b")
-        task_a = asyncio.create_task(a.run())
-        await wait(a.leading, 1)
+        (a, task_a), b = await holding(api, "a"), elector(api, "b")
         task_b = asyncio.create_task(b.run())
         await wait(b.observed, 1)
         await asyncio.sleep(3 * RETRY)
@@ -74,9 +80,7 @@ def test_one_leader_and_the_standby_takes_over_a_lease_duration_after_the_last_r
 def test_a_holder_whose_renewals_hang_stops_acting_before_anyone_may_take_over():
     async def scenario():
         api = FakeLeaseApi()
-        a = elector(api, "a")
-        task = asyncio.create_task(a.run())
-        await wait(a.leading, 1)
+        a, task = await holding(api, "a")
         renewed_at = asyncio.get_running_loop().time()
         api.hang = True
         await wait(a.lost, 2 * LEASE)
@@ -92,9 +96,7 @@ def test_a_holder_whose_renewals_hang_stops_acting_before_anyone_may_take_over()
 def test_a_holder_that_sees_another_holder_stops_at_its_next_renewal():
     async def scenario():
         api = FakeLeaseApi()
-        a = elector(api, "a")
-        task = asyncio.create_task(a.run())
-        await wait(a.leading, 1)
+        a, task = await holding(api, "a")
         api.lease["spec"]["holderIdentity"] = "usurper"
         api.lease["metadata"]["resourceVersion"] = "stolen"
         assert await wait(a.lost, 2 * RETRY + 0.2) <= 2 * RETRY + 0.2
@@ -107,9 +109,7 @@ def test_a_holder_that_sees_another_holder_stops_at_its_next_renewal():
 def test_release_hands_over_within_one_retry_period():
     async def scenario():
         api = FakeLeaseApi()
-        a, b = elector(api, "a"), elector(api, "b")
-        task_a = asyncio.create_task(a.run())
-        await wait(a.leading, 1)
+        (a, task_a), b = await holding(api, "a"), elector(api, "b")
         task_b = asyncio.create_task(b.run())
         await wait(b.observed, 1)
         task_a.cancel()

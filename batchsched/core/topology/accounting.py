@@ -42,7 +42,7 @@ def _facts(node: NodeInfo) -> tuple:
     facts = node.__dict__.get("_gpu_facts")
     if facts is None:
         shared = _gpus_shared(node)
-        ids = 0 if shared or _has_mig_devices(node) else (
+        ids = 0 if shared or has_mig_devices(node) else (
             len(node.topology) if node.topology is not None else node.allocatable.get(constants.GPU_RESOURCE, 0))
         topology = node.topology if ids else None
         facts = (shared, ids, topology, _numa_capacity(node, topology))
@@ -56,7 +56,7 @@ def _gpus_shared(node: NodeInfo) -> bool:
     return strategy in ("time-slicing", "mps") or (replicas.isdigit() and int(replicas) > 1)
 
 
-def _has_mig_devices(node: NodeInfo) -> bool:
+def has_mig_devices(node: NodeInfo) -> bool:
     return node.labels.get(constants.MIG_STRATEGY_LABEL) == "single" or any(
         name.startswith(constants.MIG_RESOURCE_PREFIX) for name in node.allocatable)
 
@@ -64,10 +64,6 @@ def _has_mig_devices(node: NodeInfo) -> bool:
 def gpus_shared(node: NodeInfo) -> bool:
     """GPU feature discovery says the node's GPUs are time-sliced or MPS-shared."""
     return _facts(node)[0]
-
-
-def has_mig_devices(node: NodeInfo) -> bool:
-    return _has_mig_devices(node)
 
 
 def gpu_id_count(node: NodeInfo) -> int:
