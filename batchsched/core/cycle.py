@@ -18,9 +18,9 @@ from typing import Callable, Collection, Mapping
 from batchsched.api.constants import GPU_RESOURCE
 from batchsched.core import resources as res
 from batchsched.core.config import CoreConfig
-from batchsched.core.gangs import Gang, build_gangs
+from batchsched.core.gangs import Gang, GangIndex
 from batchsched.core.model import PodInfo
-from batchsched.core.placement.capacity import CapacityIndex
+from batchsched.core.placement.capacity import CapacityIndex, cluster_capacity
 from batchsched.core.placement.fit import NodeFilter
 from batchsched.core.placement.gang import GangPlan, PlanFailure, plan_gang
 from batchsched.core.preemption.plan import NominationHolds, NoPreemption, plan_preemption
@@ -78,12 +78,10 @@ def schedule_cycle(snapshot: Snapshot, queue: GangQueue, config: CoreConfig = Co
                    preemption: PreemptionPolicy = PreemptionPolicy(enabled=False),
                    preemption_state: PreemptionState = PreemptionState()) -> CyclePlan:
     now = snapshot.now
-    gangs = build_gangs(snapshot)
+    gangs = GangIndex(snapshot)
     plan = CyclePlan()
     waiting = []
-    for gang in gangs.values():
-        if not gang.pending:
-            continue  # nothing to place (gated-only gangs wait for their gates)
+    for gang in gangs.pending():  # gangs with nothing to place (or only gated pods) wait
         if gang.problem is not None:
             plan.verdicts[gang.key] = Verdict(False, gang.problem.reason, gang.problem.message)
         elif not gang.eligible:
@@ -100,16 +98,12 @@ def schedule_cycle(snapshot: Snapshot, queue: GangQueue, config: CoreConfig = Co
                 f"Gang {gang.key} was not scheduled within scheduleTimeoutSeconds={timeout}; "
                 "it is retried when its pods or PodGroup change."))
 
-    node_filter = NodeFilter(snapshot.nodes)
-    free = snapshot.free_by_node()
-    _refresh_reservation(snapshot, gangs, queue, node_filter, free, config)
-    cluster_total = _total_allocatable(snapshot)
     # Room nominated to preemptors waiting for their victims is theirs alone.
     holds = NominationHolds.from_snapshot(snapshot)
     withheld = holds.withheld()
-    for node, amount in withheld.items():
-        free[node] = res.subtract(free[node], amount)
-    capacity = CapacityIndex(snapshot.nodes, free, node_filter, rooms=gpu_rooms(snapshot))
+    capacity = cluster_capacity(snapshot.cluster, withheld)
+    _refresh_reservation(snapshot, gangs, queue, capacity.node_filter, config)
+    cluster_total = snapshot.cluster.total_allocatable
     evicting: set[str] = set()  # victims chosen earlier in this cycle
     attempts = 0
     for key in queue.ordered():
@@ -193,16 +187,18 @@ def _topology_args(gang: Gang, config: CoreConfig) -> dict:
 
 
 def _refresh_reservation(snapshot: Snapshot, gangs: Mapping[str, Gang], queue: GangQueue,
-                         node_filter: NodeFilter, free_now: Mapping[str, Resources], config: CoreConfig) -> None:
+                         node_filter: NodeFilter, config: CoreConfig) -> None:
     """Give the reservation to the first long-waiting gang that is not
     hopeless (see batchsched.core.queueing.queue)."""
-    # Among nodes equally good once drained, the freest now should drain first.
-    freest_first = {name: (-f.get(GPU_RESOURCE, 0), -f.get(res.CPU, 0), -f.get(res.MEMORY, 0))
-                    for name, f in free_now.items()}
+    freest_first: dict[str, tuple] = {}
     for key in queue.reservation_candidates(snapshot.now):
         gang = gangs[key]
         if not gang.need:
             continue  # its quorum is bound; extra members reserve nothing
+        if not freest_first:  # among nodes equally good once drained, the freest now should drain first
+            for name in snapshot.nodes:
+                f = snapshot.cluster.free(name)
+                freest_first[name] = (-f.get(GPU_RESOURCE, 0), -f.get(res.CPU, 0), -f.get(res.MEMORY, 0))
         drains = _drains_for(snapshot, gangs, gang)
         drained = CapacityIndex(snapshot.nodes, snapshot.free_by_node_without(drains), node_filter,
                                 tiebreak=freest_first, rooms=gpu_rooms(snapshot, drains))
@@ -223,14 +219,6 @@ def _drains_for(snapshot: Snapshot, gangs: Mapping[str, Gang], head: Gang) -> Ca
         return (pod.scheduler_name == snapshot.scheduler_name and pod.gang_key != head.key
                 and gangs[pod.gang_key].priority <= head.priority)
     return drains
-
-
-def _total_allocatable(snapshot: Snapshot) -> Resources:
-    total: Resources = {}
-    for node in snapshot.nodes.values():
-        for name, amount in node.allocatable.items():
-            total[name] = total.get(name, 0) + amount
-    return total
 
 
 def _beyond_cluster(min_resources: Mapping[str, int], capacity: Mapping[str, int]) -> str:

@@ -11,7 +11,7 @@ from typing import Mapping
 
 from batchsched.api import constants
 from batchsched.core import resources as res
-from batchsched.core.gangs import build_gangs
+from batchsched.core.gangs import GangIndex
 from batchsched.core.model import NodeInfo, TopologyPolicy
 from batchsched.core.placement.fit import fit_reasons
 from batchsched.core.placement.gpus import pick_gpus, static_reason
@@ -32,8 +32,7 @@ class Report:
 
 def explain_gang(snapshot: Snapshot, gang_key: str) -> Report:
     report = Report()
-    gangs = build_gangs(snapshot)
-    gang = gangs.get(gang_key)
+    gang = GangIndex(snapshot).get(gang_key)
     if gang is None:
         if gang_key in snapshot.groups or gang_key in snapshot.invalid_groups:
             report.add(f"PodGroup {gang_key} has no member pods with schedulerName "

@@ -7,7 +7,7 @@ no group label, which forms an implicit gang of one.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Hashable
+from typing import Hashable, Iterator, Mapping
 
 from batchsched.core.model import GroupSpec, PodInfo
 from batchsched.core.snapshot import Snapshot
@@ -66,13 +66,58 @@ class Gang:
         return (self.spec.generation, frozenset(p.uid for p in self.members))
 
 
+class GangIndex(Mapping[str, Gang]):
+    """Every gang with at least one pod of ours, by key, built on first use.
+
+    Built gangs are kept across cycles in the cluster state's caches and
+    reused while the gang's pods (``ClusterState.gang_stamp``), its PodGroup
+    object and its validation message are unchanged: a gang is a function
+    of exactly those.
+    """
+
+    def __init__(self, snapshot: Snapshot):
+        self._snapshot = snapshot
+        self._cluster = snapshot.cluster
+        self._built: dict[str, tuple[int, GroupSpec | None, str | None, Gang]] = \
+            self._cluster.caches.setdefault("gangs", {})
+
+    def __getitem__(self, key: str) -> Gang:
+        snapshot, cluster = self._snapshot, self._cluster
+        stamp, group, invalid = cluster.gang_stamp(key), snapshot.groups.get(key), snapshot.invalid_groups.get(key)
+        hit = self._built.get(key)
+        if hit is not None and hit[0] == stamp and hit[1] is group and hit[2] == invalid:
+            return hit[3]
+        members = [p for p in (cluster.pods[uid] for uid in cluster.gang_uids(key))
+                   if p.scheduler_name == snapshot.scheduler_name]
+        if not members:
+            self._built.pop(key, None)
+            raise KeyError(key)
+        gang = _gang(key, members, snapshot)
+        self._built[key] = (stamp, group, invalid, gang)
+        return gang
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._keys())
+
+    def __len__(self) -> int:
+        return len(self._keys())
+
+    def _keys(self) -> list[str]:
+        cluster = self._cluster
+        return sorted({p.gang_key for p in cluster.pods.values() if p.scheduler_name == cluster.scheduler_name})
+
+    def pending(self) -> list[Gang]:
+        """The gangs with pending pods of ours (unbound, live, not gated), in key order."""
+        built = self._built
+        if len(built) > 2 * len(self._cluster.pods) + 64:  # drop gangs that are gone
+            for key in [k for k in built if not self._cluster.gang_stamp(k)]:
+                del built[key]
+        return [self[key] for key in sorted(self._cluster.pending_gang_keys())]
+
+
 def build_gangs(snapshot: Snapshot) -> dict[str, Gang]:
     """Every gang with at least one pod of ours, by key, in key order."""
-    members_by_key: dict[str, list[PodInfo]] = {}
-    for pod in snapshot.pods.values():
-        if pod.scheduler_name == snapshot.scheduler_name:
-            members_by_key.setdefault(pod.gang_key, []).append(pod)
-    return {key: _gang(key, members_by_key[key], snapshot) for key in sorted(members_by_key)}
+    return dict(GangIndex(snapshot))
 
 
 def _gang(key: str, members: list[PodInfo], snapshot: Snapshot) -> Gang:

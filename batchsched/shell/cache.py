@@ -23,6 +23,7 @@ from typing import Callable, Iterable, Mapping
 import aiohttp
 
 from batchsched.api import constants
+from batchsched.core.cluster import ClusterState
 from batchsched.core.model import GroupSpec, NodeInfo, PodInfo, group_from_json, node_from_json, pod_from_json
 from batchsched.core.snapshot import Snapshot
 from batchsched.shell.kube import ApiError, Kube
@@ -89,9 +90,7 @@ class ClusterCache:
     def __init__(self, scheduler_name: str, node_selector: Mapping[str, str] | None = None):
         self.scheduler_name = scheduler_name
         self.node_selector = dict(node_selector or {})
-        self.pods: dict[str, PodInfo] = {}
-        self._by_gang: dict[str, set[str]] = {}  # gang key -> uids of its pods
-        self.nodes: dict[str, NodeInfo] = {}
+        self.state = ClusterState(scheduler_name)
         self.groups_raw: dict[str, dict] = {}
         self.groups: dict[str, GroupSpec] = {}
         self.invalid_groups: dict[str, str] = {}
@@ -138,16 +137,16 @@ class ClusterCache:
         return pod
 
     def _replace_pods(self, items: list[dict]) -> None:
-        old = self.pods
-        self.pods, self._by_gang = {}, {}
+        listed = {}
         for obj in items:
             pod = self._convert_pod(obj)
             if pod:
-                self.pods[pod.uid] = pod
-                self._index(pod)
-        for uid, pod in old.items():
-            if uid not in self.pods and pod.holds_resources:
+                listed[pod.uid] = pod
+        for uid in [uid for uid in self.pods if uid not in listed]:
+            if self.state.remove_pod(uid).holds_resources:
                 self.capacity_freed = True
+        for pod in listed.values():
+            self.state.put_pod(pod)
         for pod in self.pods.values():
             self.touched_gangs.add(pod.gang_key)
         self._notify()
@@ -156,10 +155,9 @@ class ClusterCache:
         uid = (obj.get("metadata") or {}).get("uid", "")
         old = self.pods.get(uid)
         if event_type == "DELETED":
-            self.pods.pop(uid, None)
+            self.state.remove_pod(uid)
             self.assumed.pop(uid, None)
             if old:
-                self._unindex(old)
                 self.capacity_freed |= old.holds_resources
                 self.touched_gangs.add(old.gang_key)
             self._notify()
@@ -167,10 +165,7 @@ class ClusterCache:
         pod = self._convert_pod(obj)
         if pod is None:
             return
-        if old is not None and old.gang_key != pod.gang_key:
-            self._unindex(old)
-        self.pods[uid] = pod
-        self._index(pod)
+        self.state.put_pod(pod)
         if old and old.holds_resources and not pod.holds_resources:
             self.capacity_freed = True
         if old and (old.holds_resources and pod.terminating and not old.terminating):
@@ -195,23 +190,27 @@ class ClusterCache:
         return node
 
     def _replace_nodes(self, items: list[dict]) -> None:
-        old = self.nodes
-        self.nodes = {}
+        listed = {}
         for obj in items:
             if self._selected(obj):
-                node = self._convert_node(obj, old.get((obj.get("metadata") or {}).get("name", "")))
-                self.nodes[node.name] = node
+                node = self._convert_node(obj, self.nodes.get((obj.get("metadata") or {}).get("name", "")))
+                listed[node.name] = node
+        for name in [name for name in self.nodes if name not in listed]:
+            self.state.remove_node(name)
+        for node in listed.values():
+            self.state.put_node(node)
         self.capacity_freed = True
         self._notify()
 
     def _apply_node(self, event_type: str, obj: dict) -> None:
         name = (obj.get("metadata") or {}).get("name", "")
         if event_type == "DELETED" or not self._selected(obj):
-            self.nodes.pop(name, None)
+            self.state.remove_node(name)
         else:
             old = self.nodes.get(name)
-            node = self.nodes[name] = self._convert_node(obj, old)
-            if old != node:
+            node = self._convert_node(obj, old)
+            if old != node:  # an equal node keeps its object: nothing derived from it changes
+                self.state.put_node(node)
                 self.capacity_freed = True
         self._notify()
 
@@ -282,7 +281,7 @@ class ClusterCache:
         if pod is None:
             return
         self.assumed[uid] = (node, gpu_ids, time.monotonic() + timeout)
-        self.pods[uid] = dataclasses.replace(pod, node_name=node, gpu_ids=gpu_ids)
+        self.state.put_pod(dataclasses.replace(pod, node_name=node, gpu_ids=gpu_ids))
 
     def forget(self, uid: str) -> None:
         """A binding failed: the pod is unbound again (unless the API says otherwise)."""
@@ -290,7 +289,7 @@ class ClusterCache:
             return
         pod = self.pods.get(uid)
         if pod is not None:
-            self.pods[uid] = dataclasses.replace(pod, node_name="", gpu_ids=())
+            self.state.put_pod(dataclasses.replace(pod, node_name="", gpu_ids=()))
             self.touched_gangs.add(pod.gang_key)
         self.capacity_freed = True
         self._notify()
@@ -307,9 +306,8 @@ class ClusterCache:
     # ---- the cycle's view ------------------------------------------------------
 
     def snapshot(self, now: float) -> Snapshot:
-        # The cycle is synchronous: nothing mutates these dicts while it runs.
-        return Snapshot(nodes=self.nodes, pods=self.pods, groups=self.groups, now=now,
-                        scheduler_name=self.scheduler_name, invalid_groups=self.invalid_groups)
+        # The cycle is synchronous: nothing changes the state while it runs.
+        return Snapshot.of(self.state, self.groups, now, self.invalid_groups)
 
     def drain_changes(self) -> tuple[set[str], bool]:
         touched, freed = self.touched_gangs, self.capacity_freed
@@ -318,15 +316,22 @@ class ClusterCache:
 
     def members(self, gang_key: str) -> list[PodInfo]:
         """The gang's pods of our scheduler, from the index (no scan)."""
-        pods = (self.pods.get(uid) for uid in self._by_gang.get(gang_key, ()))
-        return [p for p in pods if p is not None and p.scheduler_name == self.scheduler_name]
+        pods = (self.pods[uid] for uid in self.state.gang_uids(gang_key))
+        return [p for p in pods if p.scheduler_name == self.scheduler_name]
 
-    def _index(self, pod: PodInfo) -> None:
-        self._by_gang.setdefault(pod.gang_key, set()).add(pod.uid)
+    def set_nomination(self, uid: str, node_name: str) -> None:
+        """Record (or clear, with "") the node a pending pod is nominated to."""
+        pod = self.pods.get(uid)
+        if pod is not None and pod.nominated_node != node_name:
+            self.state.put_pod(dataclasses.replace(pod, nominated_node=node_name))
 
-    def _unindex(self, pod: PodInfo) -> None:
-        uids = self._by_gang.get(pod.gang_key)
-        if uids is not None:
-            uids.discard(pod.uid)
-            if not uids:
-                del self._by_gang[pod.gang_key]
+    def nominated_pods(self) -> list[PodInfo]:
+        return list(self.state.nominated_pods())
+
+    @property
+    def pods(self) -> Mapping[str, PodInfo]:
+        return self.state.pods
+
+    @property
+    def nodes(self) -> Mapping[str, NodeInfo]:
+        return self.state.nodes

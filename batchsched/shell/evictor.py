@@ -11,7 +11,6 @@ to a binding within ``nominationTimeoutSeconds`` are cleared.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import time
 from urllib.parse import quote
@@ -65,9 +64,7 @@ class Evictor:
         return [loop.create_task(self._preempt(gang, victims, noms)) for gang, (victims, noms) in by_gang.items()]
 
     def _assume_nomination(self, uid: str, node: str) -> None:
-        pod = self.cache.pods.get(uid)
-        if pod is not None:
-            self.cache.pods[uid] = dataclasses.replace(pod, nominated_node=node)
+        self.cache.set_nomination(uid, node)
         self.nominated_at[uid] = time.monotonic()
 
     async def _preempt(self, gang: str, victims: list[PodInfo], nominations: list[Nomination]) -> None:
@@ -135,7 +132,7 @@ class Evictor:
             self.nominated_at.pop(pod.uid, None)
             current = self.cache.pods.get(pod.uid)
             if current is not None and not current.node_name:
-                self.cache.pods[pod.uid] = dataclasses.replace(current, nominated_node="")
+                self.cache.set_nomination(pod.uid, "")
 
     def expire_nominations(self) -> list[asyncio.Task]:
         """Clear nominations that did not lead to a binding in time (also ones
@@ -143,10 +140,11 @@ class Evictor:
         now = time.monotonic()
         loop = asyncio.get_running_loop()
         tasks = []
-        for pod in list(self.cache.pods.values()):
-            if not pod.nominated_node or pod.node_name:
-                self.nominated_at.pop(pod.uid, None)
-                continue
+        nominated = self.cache.nominated_pods()
+        current = {pod.uid for pod in nominated}
+        for uid in [uid for uid in self.nominated_at if uid not in current]:
+            del self.nominated_at[uid]  # bound, gone or cleared
+        for pod in nominated:
             since = self.nominated_at.setdefault(pod.uid, now)
             if now - since > self.config.nomination_timeout_seconds:
                 log.info("nomination of %s on %s expired", pod.key, pod.nominated_node)

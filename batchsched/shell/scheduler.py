@@ -156,10 +156,8 @@ class Scheduler:
     def _quorum_eligible_since(self, plan: CyclePlan, snapshot: Snapshot) -> dict[str, float]:
         """Gangs whose quorum these bindings complete -> since when each has been eligible."""
         keys = {b.gang_key for b in plan.bindings if b.gang_key in self.queue}
-        bound: dict[str, int] = {}
-        for pod in snapshot.pods.values():
-            if pod.gang_key in keys and pod.holds_resources and not pod.terminating:
-                bound[pod.gang_key] = bound.get(pod.gang_key, 0) + 1
+        bound = {key: sum(1 for p in self.cache.members(key) if p.holds_resources and not p.terminating)
+                 for key in keys}
         return {key: snapshot.now - self.queue.waited(key, snapshot.now) for key in keys
                 if bound.get(key, 0) < (snapshot.groups[key].min_member if key in snapshot.groups else 1)}
 

@@ -28,7 +28,7 @@ from typing import Callable, Sequence
 from batchsched.api import constants
 from batchsched.core import resources as res
 from batchsched.core.cycle import Binding, CyclePlan
-from batchsched.core.gangs import Gang, build_gangs
+from batchsched.core.gangs import Gang, GangIndex
 from batchsched.core.model import PodInfo
 from batchsched.core.placement.capacity import shape_key
 from batchsched.core.placement.fit import NodeFilter
@@ -56,7 +56,7 @@ class CountOnlyScheduler:
         cluster.drain_changes()  # no queue state to update
         if self._filter is None or self._filter.nodes is not cluster.nodes:
             self._filter = NodeFilter(cluster.nodes)
-        gangs = [g for g in build_gangs(cluster.snapshot(now)).values() if g.pending and g.eligible]
+        gangs = [g for g in GangIndex(cluster.snapshot(now)).pending() if g.eligible]
         gangs.sort(key=lambda g: (-g.priority, g.created, g.key))
         trial = _Trial(cluster)
         plan = CyclePlan()

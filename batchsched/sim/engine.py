@@ -40,6 +40,7 @@ from batchsched.core.cycle import CyclePlan
 from batchsched.core.gpu_pools import stranded_gpus
 from batchsched.core.model import GroupSpec, NodeInfo, PodInfo, group_from_json, pod_from_json
 from batchsched.core.resources import Resources
+from batchsched.core.cluster import ClusterState
 from batchsched.core.snapshot import Snapshot
 from batchsched.core.topology.accounting import gpu_id_count
 from batchsched.core.topology.choose import mask_of
@@ -55,9 +56,10 @@ class SimCluster:
     """Nodes, pods and PodGroups in memory, with per-node accounting."""
 
     def __init__(self, nodes: dict[str, NodeInfo], scheduler_name: str = constants.DEFAULT_SCHEDULER_NAME):
-        self.nodes = nodes
+        self.state = ClusterState(scheduler_name, nodes.values())
+        self.nodes = self.state.nodes  # read-only views of the state
+        self.pods = self.state.pods
         self.scheduler_name = scheduler_name
-        self.pods: dict[str, PodInfo] = {}
         self.groups: dict[str, GroupSpec] = {}
         self.pending: set[str] = set()  # uids of unbound pods
         self.touched: set[str] = set()  # gangs changed since the last cycle
@@ -75,8 +77,7 @@ class SimCluster:
     def snapshot(self, now: float) -> Snapshot:
         """The cycle's view (``now`` in unix seconds); like the shell's, it
         shares the dicts, which nothing changes while a cycle runs."""
-        return Snapshot(nodes=self.nodes, pods=self.pods, groups=self.groups, now=now,
-                        scheduler_name=self.scheduler_name)
+        return Snapshot.of(self.state, self.groups, now)
 
     def drain_changes(self) -> tuple[set[str], bool]:
         touched, freed = self.touched, self.capacity_freed
@@ -98,7 +99,7 @@ class SimCluster:
         pod = pod_from_json(obj)
         if pod.uid in self.pods:
             raise SimulationError(f"pod {pod.key} exists already")
-        self.pods[pod.uid] = pod
+        self.state.put_pod(pod)
         self.pending.add(pod.uid)
         self.touched.add(pod.gang_key)
         return pod
@@ -117,21 +118,25 @@ class SimCluster:
             raise SimulationError(f"pod {pod.key} asks {gpus} GPU(s) on {node_name} but got ids "
                                   f"{sorted(gpu_ids)}, not all of them free")
         self._take(node_name, pod.requests, ids, sign=1)
-        pod = self.pods[uid] = dataclasses.replace(pod, node_name=node_name, gpu_ids=tuple(sorted(gpu_ids)),
-                                                   phase="Running", started=to_unix(now))
+        pod = dataclasses.replace(pod, node_name=node_name, gpu_ids=tuple(sorted(gpu_ids)),
+                                  phase="Running", started=to_unix(now))
+        self.state.put_pod(pod)
         self.pending.discard(uid)
         self.touched.add(pod.gang_key)
         return pod
 
     def terminate(self, uid: str) -> PodInfo:
         """The pod is being deleted (evicted): it holds its room until it is gone."""
-        pod = self.pods[uid] = dataclasses.replace(self.pods[uid], terminating=True)
+        pod = dataclasses.replace(self.pods[uid], terminating=True)
+        self.state.put_pod(pod)
         self.touched.add(pod.gang_key)
         self.capacity_freed = True  # a victim going away: worth another look (as the shell's cache)
         return pod
 
     def delete(self, uid: str) -> PodInfo:
-        pod = self.pods.pop(uid)
+        pod = self.state.remove_pod(uid)
+        if pod is None:
+            raise KeyError(uid)
         self.pending.discard(uid)
         if pod.holds_resources:
             self._take(pod.node_name, pod.requests, mask_of(pod.gpu_ids), sign=-1)
@@ -142,7 +147,7 @@ class SimCluster:
     def nominate(self, uid: str, node_name: str) -> None:
         pod = self.pods.get(uid)
         if pod is not None:
-            self.pods[uid] = dataclasses.replace(pod, nominated_node=node_name)
+            self.state.put_pod(dataclasses.replace(pod, nominated_node=node_name))
 
     def _take(self, node_name: str, requests: Resources, ids: int, sign: int) -> None:
         node = self.nodes[node_name]

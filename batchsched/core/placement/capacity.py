@@ -22,13 +22,14 @@ quality before packing.
 from __future__ import annotations
 
 import heapq
-from collections import Counter, OrderedDict
+from collections import Counter
 from typing import Collection, Mapping
 
 from batchsched.api.constants import GPU_RESOURCE
 from batchsched.core import resources as res
 from batchsched.core.model import NodeInfo, PodInfo, TopologyPolicy
-from batchsched.core.placement.fit import REASON_RESERVED, NodeFilter, placement_key, resource_reasons
+from batchsched.core.cluster import ClusterState
+from batchsched.core.placement.fit import REASON_RESERVED, NodeFilter, placement_key, resource_reasons, static_reasons
 from batchsched.core.placement.gpus import GpuPick, pick_gpus, static_reason
 from batchsched.core.resources import Resources
 from batchsched.core.topology.accounting import GpuRoom
@@ -53,53 +54,32 @@ def shape_key(pod: PodInfo) -> tuple:
     return (placement_key(pod), tuple(sorted(pod.requests.items())))
 
 
-# (request items in order, policy) -> node name -> (node, room, free, tiebreak,
-# score or reasons): what ``ShapeView._classify`` last found for that node,
-# reused -- in later views and later cycles -- while the node and its room
-# are the same objects and its free resources and tiebreak are equal.  The
-# outcome is a function of exactly those (and the request and policy of the
-# key), so reuse changes no decision; rooms are immutable, and the free map is
-# copied.  The shapes least recently used are dropped beyond _MEMO_SHAPES.
-_MEMO: OrderedDict[tuple, dict[str, tuple]] = OrderedDict()
-_MEMO_SHAPES = 16
-
-
-def _outcomes(wanted: tuple, policy: TopologyPolicy) -> dict[str, tuple]:
-    key = (wanted, policy)
-    memo = _MEMO.get(key)
-    if memo is None:
-        memo = _MEMO[key] = {}
-        while len(_MEMO) > _MEMO_SHAPES:
-            _MEMO.popitem(last=False)
-    else:
-        _MEMO.move_to_end(key)
-    return memo
-
-
 class ShapeView:
     """Where pods of one shape can go under one topology policy, given the
     index's free map and GPU rooms."""
 
     def __init__(self, index: CapacityIndex, pod: PodInfo, policy: TopologyPolicy):
         self._index = index
+        self._pod = pod  # stands for its shape in static predicates
         self.request: Resources = dict(pod.requests)
         self.policy = policy
+        self.last_used = index.generation
         self._wanted = tuple(self.request.items())
         verdict = index.node_filter.evaluate(pod)
+        self._static: dict[str, str] = dict(verdict.rejected)  # node -> why it never fits this shape
         self._static_counts = Counter(verdict.rejected.values())
-        feasible = []
+        self.feasible: set[str] = set()
         for name in verdict.feasible:
             reason = static_reason(index.nodes[name], self.request, policy)
             if reason:
+                self._static[name] = reason
                 self._static_counts[reason] += 1
             else:
-                feasible.append(name)
-        self.feasible = frozenset(feasible)
+                self.feasible.add(name)
         self._short: dict[str, list[str]] = {}  # feasible node -> resources it lacks
         self._short_counts: Counter = Counter()
         self._heap: list[Entry] = []
         self._stash: list[Entry] = []  # popped by the current attempt
-        self._memo = _outcomes(self._wanted, policy)
         for name in self.feasible:
             self._classify(name, push=False)
         heapq.heapify(self._heap)
@@ -159,28 +139,42 @@ class ShapeView:
             self._short_counts.subtract(short)
         index = self._index
         free = index.free.get(name, {})
-        node, room, tiebreak = index.nodes[name], index.rooms.get(name), index.tiebreak.get(name, ())
-        memo = self._memo.get(name)
-        if (memo is not None and memo[0] is node and memo[1] is room and memo[2] == free
-                and memo[3] == tiebreak):
-            outcome = memo[4]
-        else:
-            pick = self.pick(name, free, room)
-            outcome = self.score(name, free, pick) if isinstance(pick, GpuPick) else pick
-            self._memo[name] = (node, room, dict(free), tiebreak, outcome)
-        if type(outcome) is tuple:  # the score (else a list of reasons)
-            entry = (outcome, name, index.versions.get(name, 0))
+        pick = self.pick(name, free, index.rooms.get(name))
+        if isinstance(pick, GpuPick):
+            entry = (self.score(name, free, pick), name, index.versions.get(name, 0))
             if push:
                 heapq.heappush(self._heap, entry)
             else:
                 self._heap.append(entry)
         else:
-            self._short[name] = outcome
-            self._short_counts.update(outcome)
+            self._short[name] = pick
+            self._short_counts.update(pick)
 
     def refresh(self, name: str) -> None:
         """Node ``name`` changed in the index's free map."""
         if name in self.feasible:
+            self._classify(name)
+
+    def node_changed(self, name: str) -> None:
+        """Node ``name`` was added, removed or replaced in the index's nodes
+        (its version already bumped, so its old heap entries are stale)."""
+        reason = self._static.pop(name, None)
+        if reason is not None:
+            self._static_counts[reason] -= 1
+        self.feasible.discard(name)
+        short = self._short.pop(name, None)
+        if short:
+            self._short_counts.subtract(short)
+        node = self._index.nodes.get(name)
+        if node is None:
+            return
+        reasons = static_reasons(self._pod, node)
+        reason = reasons[0] if reasons else static_reason(node, self.request, self.policy)
+        if reason:
+            self._static[name] = reason
+            self._static_counts[reason] += 1
+        else:
+            self.feasible.add(name)
             self._classify(name)
 
     def restore(self) -> None:
@@ -193,13 +187,18 @@ class ShapeView:
 
 
 class CapacityIndex:
-    """The running free map of one cycle and the shape views over it.
+    """A running free map and the shape views over it.
 
     ``free`` maps every node name to its free resources and ``rooms`` the
     nodes whose GPUs have ids to their ``GpuRoom``; ``commit`` updates both
-    in place.  Without ``rooms`` no GPU ids are tracked or chosen.
-    ``tiebreak`` ranks nodes that score the same (lower first) before their
-    names do.  Build a new index whenever nodes change.
+    (entries are replaced, never changed in place, so they may be shared).
+    Without ``rooms`` no GPU ids are tracked or chosen.  ``tiebreak`` ranks
+    nodes that score the same (lower first) before their names do.
+
+    An index over fixed inputs (the reservation's "as if drained" picture)
+    is built and dropped within a cycle; the cluster's own index lives
+    across cycles (``cluster_capacity``) and is brought up to date from the
+    nodes that changed.
     """
 
     def __init__(self, nodes: Mapping[str, NodeInfo], free: dict[str, Resources],
@@ -210,7 +209,9 @@ class CapacityIndex:
         self.rooms = rooms if rooms is not None else {}
         self.node_filter = node_filter or NodeFilter(nodes)
         self.tiebreak = tiebreak or {}
-        self.versions: dict[str, int] = {}
+        self.versions: dict[str, int] = {}  # bumped whenever a node's entry changes; kept for gone nodes
+        self.generation = 0  # syncs so far (see cluster_capacity)
+        self.committed: set[str] = set()  # nodes ``commit`` changed since the last sync
         self._views: dict[tuple, ShapeView] = {}
 
     def view(self, pod: PodInfo, policy: TopologyPolicy = TopologyPolicy()) -> ShapeView:
@@ -218,6 +219,7 @@ class CapacityIndex:
         view = self._views.get(key)
         if view is None:
             view = self._views[key] = ShapeView(self, pod, policy)
+        view.last_used = self.generation
         return view
 
     def commit(self, taken: Mapping[str, Resources], rooms: Mapping[str, GpuRoom] | None = None) -> None:
@@ -225,7 +227,86 @@ class CapacityIndex:
         resources after, ``rooms`` to its GPU room after."""
         self.free.update(taken)
         self.rooms.update(rooms or {})
+        self.committed.update(taken)
         for name in taken:
             self.versions[name] = self.versions.get(name, 0) + 1
             for view in self._views.values():
                 view.refresh(name)
+
+    def reset_node(self, name: str, free: Resources, room: GpuRoom | None, replaced: bool) -> None:
+        """Node ``name`` now has ``free`` and ``room``; ``replaced``: the
+        node object itself was added, removed or replaced in ``nodes``."""
+        if not replaced and self.free.get(name) == free and self.rooms.get(name) == room:
+            return
+        if name in self.nodes:
+            self.free[name] = free
+        else:
+            self.free.pop(name, None)
+        if room is None:
+            self.rooms.pop(name, None)
+        else:
+            self.rooms[name] = room
+        self.versions[name] = self.versions.get(name, 0) + 1
+        for view in self._views.values():
+            if replaced:
+                view.node_changed(name)
+            else:
+                view.refresh(name)
+
+    def drop_views_unused_since(self, generation: int) -> None:
+        for key in [k for k, v in self._views.items() if v.last_used < generation]:
+            del self._views[key]
+
+
+# Syncs a shape view may go unused before it is dropped: a live view costs
+# work for every node that changes, a dropped one a rebuild over all nodes.
+VIEW_IDLE_SYNCS = 32
+
+
+def cluster_capacity(cluster: ClusterState, withheld: Mapping[str, Resources]) -> CapacityIndex:
+    """The cluster's capacity index for this cycle: every node's free
+    resources less ``withheld``, and its GPU room.
+
+    Kept in ``cluster.caches`` across cycles; each call resets only the
+    nodes that may differ from the last call's result: those the cluster
+    changed since, those the last cycle's plans committed, and those whose
+    withheld room changed.  So its shape views (heaps and reasons) are
+    updated, not rebuilt, and a cycle costs what changed.  The result is
+    the index a fresh build would give: each node's entries depend only on
+    its node object, free resources and room.
+    """
+    cached = cluster.caches.get("capacity")
+    if cached is None:
+        seen: dict[str, NodeInfo] = dict(cluster.nodes)
+        free = {name: _less(cluster.free(name), withheld.get(name)) for name in cluster.nodes}
+        rooms = {name: room for name in cluster.nodes if (room := cluster.room(name)) is not None}
+        index = CapacityIndex(seen, free, NodeFilter(seen), rooms=rooms)
+    else:
+        index, mark, withheld_before = cached
+        changed = set(cluster.changed_since(mark))
+        changed.update(index.committed, withheld_before, withheld)
+        index.committed = set()
+        nodes = index.nodes  # the index's own copy: it tells which node objects it has seen
+        replaced = False
+        for name in changed:
+            node, was = cluster.nodes.get(name), nodes.get(name)
+            if node is None and was is None:
+                continue  # a node name pods were bound to, never a node
+            if node is None:
+                del nodes[name]
+                index.reset_node(name, {}, None, replaced=was is not None)
+            else:
+                nodes[name] = node
+                index.reset_node(name, _less(cluster.free(name), withheld.get(name)), cluster.room(name),
+                                 replaced=was is not node)
+            replaced |= was is not node
+        if replaced:
+            index.node_filter.nodes_changed()
+        index.generation += 1
+        index.drop_views_unused_since(index.generation - VIEW_IDLE_SYNCS)
+    cluster.caches["capacity"] = (index, cluster.mark, dict(withheld))
+    return index
+
+
+def _less(free: Resources, withheld: Resources | None) -> Resources:
+    return res.subtract(free, withheld) if withheld else free

@@ -94,14 +94,14 @@ class StaticVerdict:
 
 
 class NodeFilter:
-    """Static predicates over a fixed set of nodes, cached per placement key.
+    """Static predicates over a set of nodes, cached per placement key.
 
-    Build one per snapshot: it is only valid while the nodes do not change.
+    ``nodes`` may be a live map: call ``nodes_changed`` whenever nodes in it
+    are added, removed or replaced, and the cached answers are dropped.
     """
 
     def __init__(self, nodes: Mapping[str, NodeInfo]):
         self.nodes = nodes
-        self._names = sorted(nodes)
         self._cache: dict[Hashable, StaticVerdict] = {}
 
     def evaluate(self, pod: PodInfo) -> StaticVerdict:
@@ -110,7 +110,7 @@ class NodeFilter:
         if verdict is None:
             feasible: list[str] = []
             rejected: dict[str, str] = {}
-            for name in self._names:
+            for name in sorted(self.nodes):
                 reasons = static_reasons(pod, self.nodes[name])
                 if reasons:
                     rejected[name] = reasons[0]
@@ -118,3 +118,6 @@ class NodeFilter:
                     feasible.append(name)
             verdict = self._cache[key] = StaticVerdict(tuple(feasible), rejected)
         return verdict
+
+    def nodes_changed(self) -> None:
+        self._cache.clear()

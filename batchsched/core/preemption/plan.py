@@ -156,8 +156,8 @@ def plan_preemption(snapshot: Snapshot, gangs: Mapping[str, Gang], gang: Gang,
             by_node.setdefault(node, []).append(unit)
 
     gpu_room = dict(rooms)
-    for pod in snapshot.pods.values():  # terminating pods' GPUs count as free, like their room
-        if pod.terminating and pod.holds_resources and pod.node_name in gpu_room:
+    for pod in snapshot.cluster.terminating_pods():  # their GPUs count as free, like their room
+        if pod.node_name in gpu_room:
             gpu_room[pod.node_name] = _without(gpu_room[pod.node_name], snapshot.nodes[pod.node_name], [pod])
     chosen: dict[str, VictimUnit] = {}
     nominations: list[tuple[PodInfo, str]] = []
@@ -290,11 +290,11 @@ class NominationHolds:
     @classmethod
     def from_snapshot(cls, snapshot: Snapshot) -> "NominationHolds":
         holds = cls()
-        for pod in snapshot.pods.values():
-            if pod.node_name in snapshot.nodes and pod.holds_resources and pod.terminating:
+        for pod in snapshot.cluster.terminating_pods():
+            if pod.node_name in snapshot.nodes:
                 holds.going[pod.node_name] = res.add(holds.going.get(pod.node_name, {}), pod.requests)
-            elif (pod.nominated_node and not pod.node_name and not pod.terminal
-                  and pod.scheduler_name == snapshot.scheduler_name and pod.nominated_node in snapshot.nodes):
+        for pod in snapshot.cluster.nominated_pods():
+            if pod.nominated_node in snapshot.nodes:
                 node_claims = holds.claims.setdefault(pod.gang_key, {})
                 node_claims[pod.nominated_node] = res.add(node_claims.get(pod.nominated_node, {}), pod.requests)
         return holds

@@ -20,15 +20,17 @@ its predecessor handed out.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Callable, Iterable, Mapping
 
 from batchsched.api import constants
 from batchsched.core import resources as res
 from batchsched.core.model import NodeInfo, PodInfo
 from batchsched.core.resources import Resources
-from batchsched.core.snapshot import Snapshot
 from batchsched.core.topology.choose import mask_of
 from batchsched.core.topology.model import GpuTopology
+
+if TYPE_CHECKING:
+    from batchsched.core.snapshot import Snapshot
 
 _NUMA_RESOURCES = (res.CPU, res.MEMORY)
 
@@ -150,37 +152,34 @@ def charged_numa(node: NodeInfo, gpus: Iterable[int], asked: int) -> int | None:
     return numa_of(topology, named) if topology and named and len(named) == asked else None
 
 
-# Node name -> (node, the pods counted there, its room): the last room built
-# for each node, reused while the node is the same object and the pods
-# counted there are equal (the same objects, mostly: the shell's cache makes
-# a new PodInfo only for a pod that changed).  A room depends only on those,
-# so reuse changes no result; GpuRoom is immutable.
-_ROOM_CACHE: dict[str, tuple[NodeInfo, tuple[PodInfo, ...], GpuRoom]] = {}
+def room_of(node: NodeInfo, holding: Iterable[PodInfo]) -> GpuRoom | None:
+    """The room left on ``node`` by the pods ``holding`` room there, taken
+    in order (a GPU id two pods name is the first one's); None for a node
+    whose GPUs have no ids and whose NUMA nodes are unknown."""
+    ids, capacity = gpu_id_count(node), numa_capacity(node)
+    if not (ids or capacity):
+        return None
+    room = GpuRoom((1 << ids) - 1, capacity, capacity)
+    for pod in holding:
+        asked = pod.requests.get(constants.GPU_RESOURCE, 0)
+        named = [g for g in sorted(set(pod.gpu_ids)) if room.free >> g & 1][:asked]  # in range, unclaimed
+        room = room.take(named, pod.requests, charged_numa(node, named, asked))
+    return room
 
 
-def gpu_rooms(snapshot: Snapshot, gone: Callable[[PodInfo], bool] = lambda pod: False) -> dict[str, GpuRoom]:
-    """The room of every node whose GPUs have ids or whose NUMA nodes are
-    known, as if the bound pods for which ``gone`` is true had finished."""
-    cache = _ROOM_CACHE
-    if len(cache) > 2 * len(snapshot.nodes) + 64:  # nodes gone, or another cluster: drop the rest
-        for name in [name for name in cache if name not in snapshot.nodes]:
-            del cache[name]
-    by_node = snapshot.pods_by_node()
+def gpu_rooms(snapshot: Snapshot, gone: Callable[[PodInfo], bool] | None = None) -> dict[str, GpuRoom]:
+    """The room of every node that has one, as if the bound pods for which
+    ``gone`` is true had finished."""
+    state = snapshot.cluster
     rooms: dict[str, GpuRoom] = {}
     for name, node in snapshot.nodes.items():
-        ids, capacity = gpu_id_count(node), numa_capacity(node)
-        if not (ids or capacity):
+        room = state.room(name)
+        if room is None:
             continue
-        pods = tuple(pod for pod in by_node.get(name, ()) if pod.holds_resources and not gone(pod))
-        hit = cache.get(name)
-        if hit is not None and hit[0] is node and hit[1] == pods:
-            rooms[name] = hit[2]
-            continue
-        room = GpuRoom((1 << ids) - 1, capacity, capacity)
-        for pod in pods:
-            asked = pod.requests.get(constants.GPU_RESOURCE, 0)
-            named = [g for g in sorted(set(pod.gpu_ids)) if room.free >> g & 1][:asked]  # in range, unclaimed
-            room = room.take(named, pod.requests, charged_numa(node, named, asked))
-        cache[name] = (node, pods, room)
+        if gone is not None:
+            holding = [p for p in state.bound_pods(name) if p.holds_resources]
+            kept = [p for p in holding if not gone(p)]
+            if len(kept) != len(holding):
+                room = room_of(node, kept)
         rooms[name] = room
     return rooms

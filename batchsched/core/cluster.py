@@ -1,0 +1,220 @@
+"""The cluster as the scheduler knows it, indexed so a cycle costs what changed.
+
+``ClusterState`` holds nodes and pods (core model objects) and is the one
+place they change: the shell's watch cache and the simulator call
+``put_node``, ``remove_node``, ``put_pod`` and ``remove_pod``.  Beside the
+plain maps it keeps what a cycle would otherwise recompute from every pod:
+
+* per node: the pods bound there, and, derived lazily and kept until the
+  node or one of those pods changes, its free resources and GPU room;
+* per gang: its pods, and which gangs have pending members of ours;
+* the pods terminating while they hold room, and our pending pods
+  nominated to a node (preemption's holds);
+* the sum of every node's allocatable;
+* a change clock: a change to a node, or to a pod bound there, stamps the
+  node, so whoever keeps a ``mark`` learns which nodes changed since then
+  (``changed_since``) in time proportional to the changes; a change to a
+  gang's pods stamps the gang (``gang_stamp``).
+
+Pure data, no I/O.  ``caches`` holds what core modules derive from the state
+and keep across cycles (the placement index, built gangs); each checks its
+entries against the stamps kept here.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterable, Iterator, Mapping
+
+from batchsched.core.model import NodeInfo, PodInfo
+from batchsched.core.resources import Resources
+from batchsched.core.topology.accounting import GpuRoom, room_of
+
+
+class ClusterState:
+    def __init__(self, scheduler_name: str, nodes: Iterable[NodeInfo] = (), pods: Iterable[PodInfo] = ()):
+        self.scheduler_name = scheduler_name
+        self.nodes: dict[str, NodeInfo] = {}  # read-only outside this class
+        self.pods: dict[str, PodInfo] = {}  # by uid; read-only outside this class
+        self.total_allocatable: Resources = {}
+        self.caches: dict[str, Any] = {}
+        self._clock = 0
+        self._seq: dict[str, int] = {}  # uid -> when it entered ``pods`` (their order)
+        self._next_seq = 0
+        self._bound: dict[str, dict[str, PodInfo]] = {}  # node name -> uid -> pod bound there
+        self._node_stamp: dict[str, int] = {}  # node name -> last change; most recent last
+        self._derived: dict[str, tuple[int, Resources, GpuRoom | None]] = {}  # stamp, free, room
+        self._by_gang: dict[str, dict[str, None]] = {}  # gang key -> uids (every scheduler's)
+        self._gang_stamp: dict[str, int] = {}
+        self._pending: dict[str, int] = {}  # gang key -> our pending pods in it
+        self._terminating: set[str] = set()  # uids: bound, holding room, terminating
+        self._nominated: set[str] = set()  # uids: ours, pending, nominated to a node
+        for node in nodes:
+            self.put_node(node)
+        for pod in pods:
+            self.put_pod(pod)
+
+    # ---- changes --------------------------------------------------------------
+
+    def put_node(self, node: NodeInfo) -> None:
+        old = self.nodes.get(node.name)
+        if old is node:
+            return
+        if old is not None:
+            self._add_total(old.allocatable, -1)
+        self.nodes[node.name] = node
+        self._add_total(node.allocatable, 1)
+        self._stamp_node(node.name)
+
+    def remove_node(self, name: str) -> None:
+        old = self.nodes.pop(name, None)
+        if old is not None:
+            self._add_total(old.allocatable, -1)
+            self._stamp_node(name)
+            self._derived.pop(name, None)
+
+    def put_pod(self, pod: PodInfo) -> None:
+        old = self.pods.get(pod.uid)
+        if old is pod:
+            return
+        if old is not None:
+            self._unindex(old)
+        else:
+            self._seq[pod.uid] = self._next_seq
+            self._next_seq += 1
+        self.pods[pod.uid] = pod
+        self._index(pod)
+
+    def remove_pod(self, uid: str) -> PodInfo | None:
+        old = self.pods.pop(uid, None)
+        if old is not None:
+            self._unindex(old)
+            del self._seq[uid]
+        return old
+
+    # ---- per node ---------------------------------------------------------------
+
+    @property
+    def mark(self) -> int:
+        """The change clock now, for ``changed_since``."""
+        return self._clock
+
+    def changed_since(self, mark: int) -> list[str]:
+        """The nodes (present or removed) changed after ``mark``, latest first."""
+        stamps, changed = self._node_stamp, []
+        for name in reversed(stamps):
+            if stamps[name] <= mark:
+                break
+            changed.append(name)
+        return changed
+
+    def bound_pods(self, node_name: str) -> list[PodInfo]:
+        """The pods bound to ``node_name``, in ``pods`` order."""
+        on_node = self._bound.get(node_name)
+        if not on_node:
+            return []
+        return sorted(on_node.values(), key=lambda p: self._seq[p.uid])
+
+    def free(self, node_name: str) -> Resources:
+        """The node's allocatable less what its bound, non-terminal pods
+        request (terminating pods still hold theirs).  Shared: do not mutate."""
+        return self._derive(node_name)[1]
+
+    def room(self, node_name: str) -> GpuRoom | None:
+        """The node's GPU room (accounting.room_of), None where it has none."""
+        return self._derive(node_name)[2]
+
+    def _derive(self, name: str) -> tuple[int, Resources, GpuRoom | None]:
+        stamp = self._node_stamp[name]
+        derived = self._derived.get(name)
+        if derived is None or derived[0] != stamp:
+            node = self.nodes[name]
+            holding = [p for p in self.bound_pods(name) if p.holds_resources]
+            free = dict(node.allocatable)
+            for pod in holding:
+                for resource, amount in pod.requests.items():
+                    free[resource] = free.get(resource, 0) - amount
+            derived = self._derived[name] = (stamp, free, room_of(node, holding))
+        return derived
+
+    # ---- per gang ---------------------------------------------------------------
+
+    def gang_uids(self, gang_key: str) -> Iterable[str]:
+        """Every pod of the gang, of any scheduler, in the order they came."""
+        return self._by_gang.get(gang_key, {}).keys()
+
+    def gang_stamp(self, gang_key: str) -> int:
+        """Changes whenever a pod of the gang does; 0 for a gang with no pods."""
+        return self._gang_stamp.get(gang_key, 0)
+
+    def pending_gang_keys(self) -> Iterable[str]:
+        """Gangs with pods of ours that are unbound, not terminal, not
+        terminating and not gated."""
+        return self._pending.keys()
+
+    def terminating_pods(self) -> Iterator[PodInfo]:
+        """Bound pods holding room while they terminate, in ``pods`` order."""
+        return self._in_order(self._terminating)
+
+    def nominated_pods(self) -> Iterator[PodInfo]:
+        """Our pending pods that have a nominated node, in ``pods`` order."""
+        return self._in_order(self._nominated)
+
+    def _in_order(self, uids: set[str]) -> Iterator[PodInfo]:
+        seq = self._seq
+        return (self.pods[uid] for uid in sorted(uids, key=seq.__getitem__))
+
+    # ---- bookkeeping ------------------------------------------------------------
+
+    def _tick(self) -> int:
+        self._clock += 1
+        return self._clock
+
+    def _stamp_node(self, name: str) -> None:
+        self._node_stamp.pop(name, None)  # re-inserted last: the dict stays in stamp order
+        self._node_stamp[name] = self._tick()
+
+    def _add_total(self, amounts: Mapping[str, int], sign: int) -> None:
+        total = self.total_allocatable
+        for name, amount in amounts.items():
+            total[name] = total.get(name, 0) + sign * amount
+
+    def _index(self, pod: PodInfo) -> None:
+        self._move(pod, 1)
+
+    def _unindex(self, pod: PodInfo) -> None:
+        self._move(pod, -1)
+
+    def _move(self, pod: PodInfo, sign: int) -> None:
+        """Add (sign 1) or remove (-1) ``pod`` from every index."""
+        uid, key = pod.uid, pod.gang_key
+        if pod.node_name:
+            on_node = self._bound.setdefault(pod.node_name, {})
+            if sign > 0:
+                on_node[uid] = pod
+            else:
+                on_node.pop(uid, None)
+                if not on_node:
+                    del self._bound[pod.node_name]
+            self._stamp_node(pod.node_name)
+        members = self._by_gang.setdefault(key, {})
+        if sign > 0:
+            members[uid] = None
+            self._gang_stamp[key] = self._tick()
+        else:
+            members.pop(uid, None)
+            if members:
+                self._gang_stamp[key] = self._tick()
+            else:
+                del self._by_gang[key], self._gang_stamp[key]
+        ours = pod.scheduler_name == self.scheduler_name
+        unbound_live = not pod.node_name and not pod.terminal
+        if ours and unbound_live and not pod.terminating and not pod.gated:
+            count = self._pending.get(key, 0) + sign
+            if count:
+                self._pending[key] = count
+            else:
+                del self._pending[key]
+        if pod.node_name and pod.holds_resources and pod.terminating:
+            (self._terminating.add if sign > 0 else self._terminating.discard)(uid)
+        if ours and unbound_live and pod.nominated_node:
+            (self._nominated.add if sign > 0 else self._nominated.discard)(uid)
+

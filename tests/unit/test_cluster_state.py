@@ -1,0 +1,144 @@
+"""ClusterState's indexes, and the indexes kept across cycles on top of it
+(the capacity index, built gangs), against the same things computed from
+scratch after random changes."""
+from __future__ import annotations
+
+import dataclasses
+import random
+
+from batchsched.core import resources as res
+from batchsched.core.cluster import ClusterState
+from batchsched.core.gangs import GangIndex, build_gangs
+from batchsched.core.model import TopologyPolicy
+from batchsched.core.placement.capacity import CapacityIndex, cluster_capacity
+from batchsched.core.placement.fit import NodeFilter
+from batchsched.core.snapshot import Snapshot
+from batchsched.core.topology.accounting import room_of
+from tests.unit.helpers import group, node, pod
+from tests.unit.topology_support import fixture, topology_node
+
+DGX1 = fixture("dgx1-hybrid-cube-mesh-8gpu.txt")
+POLICIES = (TopologyPolicy(), TopologyPolicy(gpu_link="require-nvlink"), TopologyPolicy(numa="single"))
+
+
+def random_node(rng: random.Random, name: str):
+    if rng.random() < 0.5:
+        return topology_node(name, DGX1, labels={"zone": rng.choice("ab")})
+    return node(name, cpu="64", memory="256Gi", gpu=rng.choice((4, 8)), labels={"zone": rng.choice("ab")},
+                unschedulable=rng.random() < 0.1)
+
+
+def random_pod(rng: random.Random, k: int, nodes: list[str]):
+    bound = rng.random() < 0.6 and nodes
+    gpu = rng.choice((1, 2, 4))
+    return dataclasses.replace(
+        pod(f"p{k}", cpu=rng.choice((1, 4)), memory="8Gi", gpu=gpu, group=rng.choice(("g1", "g2", None)),
+            scheduler=rng.choice(("batchsched", "batchsched", "default-scheduler")),
+            node_name=rng.choice(nodes) if bound else None,
+            phase=rng.choice(("Running", "Running", "Pending", "Succeeded")) if bound else "Pending",
+            gated=rng.random() < 0.1, deleting=rng.random() < 0.1,
+            gpu_ids=",".join(map(str, rng.sample(range(8), gpu))) if bound and rng.random() < 0.8 else None),
+        nominated_node=rng.choice(nodes) if nodes and not bound and rng.random() < 0.2 else "")
+
+
+def mutate(rng: random.Random, state: ClusterState, step: int) -> None:
+    names = sorted(state.nodes)
+    roll = rng.random()
+    if roll < 0.05 or len(names) < 8:
+        state.put_node(random_node(rng, f"n{rng.randrange(12)}"))
+    elif roll < 0.07:
+        state.remove_node(rng.choice(names))
+    elif roll < 0.25 and state.pods:
+        state.remove_pod(rng.choice(sorted(state.pods)))
+    else:
+        replaced = rng.choice(sorted(state.pods)) if state.pods and rng.random() < 0.5 else None
+        fresh = random_pod(rng, step, names)
+        if replaced:
+            fresh = dataclasses.replace(fresh, uid=replaced, name=state.pods[replaced].name)
+        state.put_pod(fresh)
+
+
+def test_indexes_match_a_scan_of_every_pod_after_random_changes():
+    rng = random.Random(7)
+    state = ClusterState("batchsched")
+    for step in range(600):
+        mutate(rng, state, step)
+        mark = state.mark
+        if step % 10:
+            continue
+        for name, n in state.nodes.items():
+            holding = [p for p in state.pods.values() if p.node_name == name and p.holds_resources]
+            used: dict = {}
+            for p in holding:
+                used = res.add(used, p.requests)
+            assert {k: v for k, v in state.free(name).items() if v != n.allocatable.get(k, 0) or k in used} == \
+                {k: v for k, v in res.subtract(n.allocatable, used).items()
+                 if v != n.allocatable.get(k, 0) or k in used}
+            assert state.room(name) == room_of(n, holding)
+        ours = [p for p in state.pods.values() if p.scheduler_name == "batchsched"]
+        assert set(state.pending_gang_keys()) == {
+            p.gang_key for p in ours if not p.node_name and not p.terminal and not p.terminating and not p.gated}
+        assert list(state.nominated_pods()) == [
+            p for p in ours if p.nominated_node and not p.node_name and not p.terminal]
+        assert list(state.terminating_pods()) == [
+            p for p in state.pods.values() if p.node_name and p.holds_resources and p.terminating]
+        assert state.total_allocatable == {
+            k: sum(n.allocatable.get(k, 0) for n in state.nodes.values())
+            for k in {k for n in state.nodes.values() for k in n.allocatable}} | {
+            k: v for k, v in state.total_allocatable.items() if v == 0}
+        assert state.changed_since(mark) == []
+
+
+def heap_order(view) -> list[tuple]:
+    """The valid entries of a view, best first, without their versions."""
+    versions = view._index.versions
+    return sorted(e[:2] for e in view._heap if e[2] == versions.get(e[1], 0))
+
+
+def fresh_index(state: ClusterState, withheld) -> CapacityIndex:
+    free = {n: res.subtract(state.free(n), withheld[n]) if n in withheld else state.free(n) for n in state.nodes}
+    rooms = {n: r for n in state.nodes if (r := state.room(n)) is not None}
+    return CapacityIndex(state.nodes, free, NodeFilter(state.nodes), rooms=rooms)
+
+
+def test_the_kept_capacity_index_equals_a_fresh_one_after_random_changes_and_commits():
+    rng = random.Random(11)
+    state = ClusterState("batchsched")
+    shapes = [pod(f"shape{g}", cpu=2, memory="8Gi", gpu=g) for g in (1, 2, 4)] + [
+        pod("zoned", cpu=1, gpu=2, node_selector={"zone": "a"})]
+    for step in range(400):
+        mutate(rng, state, step)
+        if step % 7:
+            continue
+        names = sorted(state.nodes)
+        withheld = {n: {"cpu": 1000} for n in rng.sample(names, min(2, len(names)))}
+        kept = cluster_capacity(state, withheld)
+        fresh = fresh_index(state, withheld)
+        for shape in shapes:
+            for policy in POLICIES:
+                a, b = kept.view(shape, policy), fresh.view(shape, policy)
+                assert heap_order(a) == heap_order(b), (step, shape.name, policy)
+                assert a.reason_counts((), {}, {}) == b.reason_counts((), {}, {})
+                assert a.feasible == b.feasible
+        # a plan committed in this cycle must not leak into the next one
+        if names and rng.random() < 0.5:
+            target = rng.choice(names)
+            kept.commit({target: {"cpu": 0}})
+
+
+def test_built_gangs_are_reused_until_a_member_or_the_group_changes():
+    members = [pod(f"g-{i}", cpu=1, group="g") for i in range(3)]
+    state = ClusterState("batchsched", [node("n")], members)
+    groups = {"default/g": group("g", min_member=3)}
+    first = GangIndex(Snapshot.of(state, groups, 0.0))["default/g"]
+    assert GangIndex(Snapshot.of(state, groups, 1.0))["default/g"] is first
+    state.put_pod(dataclasses.replace(members[0], node_name="n"))
+    bound = GangIndex(Snapshot.of(state, groups, 2.0))["default/g"]
+    assert bound is not first and len(bound.bound_active) == 1
+    regrouped = {"default/g": group("g", min_member=2, generation=2)}
+    assert GangIndex(Snapshot.of(state, regrouped, 3.0))["default/g"].min_member == 2
+    assert [g.key for g in GangIndex(Snapshot.of(state, groups, 4.0)).pending()] == ["default/g"]
+    for p in members:
+        state.remove_pod(p.uid)
+    assert build_gangs(Snapshot.of(state, groups, 5.0)) == {}
+    assert GangIndex(Snapshot.of(state, groups, 5.0)).get("default/g") is None
