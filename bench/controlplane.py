@@ -132,6 +132,17 @@ def start_batchsched(kubeconfig: Path, workdir: Path, pool: str) -> subprocess.P
                             stdout=open(workdir / f"batchsched-{pool}.log", "wb"), stderr=subprocess.STDOUT)
 
 
+def stop(proc: subprocess.Popen) -> None:
+    """SIGTERM, and SIGKILL if it has not exited within 30 s (a bench must end)."""
+    proc.terminate()
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        print(f"pid {proc.pid} ignored SIGTERM for 30 s; killed", file=sys.stderr)
+        proc.kill()
+        proc.wait()
+
+
 async def run_batchsched(kube: Kube, kubeconfig: Path, workdir: Path, ns: str, pool: str,
                          count: int, gang: int) -> Rate:
     groups = f"/apis/{constants.API_VERSION}/namespaces/{ns}/podgroups"
@@ -146,8 +157,7 @@ async def run_batchsched(kube: Kube, kubeconfig: Path, workdir: Path, ns: str, p
     try:
         return Rate(count, start, *(await wait_all_bound(kube, ns, count)))
     finally:
-        proc.terminate()
-        proc.wait()
+        stop(proc)
 
 
 async def run_kube_scheduler(kube: Kube, kubeconfig: Path, workdir: Path, ns: str, pool: str,
@@ -168,8 +178,7 @@ async def run_kube_scheduler(kube: Kube, kubeconfig: Path, workdir: Path, ns: st
     try:
         return Rate(count, start, *(await wait_all_bound(kube, ns, count)))
     finally:
-        proc.terminate()
-        proc.wait()
+        stop(proc)
 
 
 async def gang_latency(kube: Kube, kubeconfig: Path, workdir: Path, ns: str, pool: str, size: int) -> float:
@@ -184,8 +193,7 @@ async def gang_latency(kube: Kube, kubeconfig: Path, workdir: Path, ns: str, poo
         eligible = time.monotonic()
         return (await wait_all_bound(kube, ns, size))[1] - eligible
     finally:
-        proc.terminate()
-        proc.wait()
+        stop(proc)
 
 
 async def main_async(args) -> None:

@@ -6,6 +6,7 @@ the way the API server rounds a quantity's integer value.
 """
 from __future__ import annotations
 
+import functools
 import math
 import re
 from fractions import Fraction
@@ -48,6 +49,17 @@ def parse_quantity(text: str | int | float) -> Fraction:
 
 def canonical(name: str, text: str | int | float) -> int:
     """A quantity in the canonical integer unit for resource ``name``."""
+    if isinstance(text, str):
+        return _canonical_text(name, text)
+    return _canonical(name, text)
+
+
+@functools.lru_cache(maxsize=4096)  # every pod of a workload repeats the same few quantities
+def _canonical_text(name: str, text: str) -> int:
+    return _canonical(name, text)
+
+
+def _canonical(name: str, text: str | int | float) -> int:
     value = parse_quantity(text)
     if name == CPU:
         value *= 1000

@@ -59,9 +59,30 @@ class Binder:
         self.kube = kube
         self.retries = retries
         self._slots = asyncio.Semaphore(parallelism)
+        self._in_flight = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
 
     async def bind_all(self, requests: list[BindRequest]) -> list[BindResult]:
-        return list(await asyncio.gather(*(self._bind_one(r) for r in requests)))
+        self._in_flight += len(requests)
+        self._idle.clear()
+        try:
+            return list(await asyncio.gather(*(self._bind_one(r) for r in requests)))
+        finally:
+            self._in_flight -= len(requests)
+            if not self._in_flight:
+                self._idle.set()
+
+    async def wait_idle(self, at_most: float) -> None:
+        """Until no binding is in flight, or ``at_most`` seconds: writes that
+        can wait (events, PodGroup status) let a burst of bindings go first,
+        as each takes a share of the same API server."""
+        if not self._idle.is_set():
+            try:
+                async with asyncio.timeout(at_most):  # not wait_for: see Scheduler._wait_for_work
+                    await self._idle.wait()
+            except TimeoutError:
+                pass
 
     async def _bind_one(self, req: BindRequest) -> BindResult:
         annotations = {constants.GPU_IDS_ANNOTATION: ",".join(map(str, req.gpu_ids))} if req.gpu_ids else None

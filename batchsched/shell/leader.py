@@ -108,8 +108,9 @@ class LeaderElector:
             if remaining <= 0:
                 break
             try:
-                renewed = await asyncio.wait_for(self._try_acquire_or_renew(), remaining)
-            except asyncio.TimeoutError:
+                async with asyncio.timeout(remaining):  # not wait_for: it can lose a cancellation on 3.11
+                    renewed = await self._try_acquire_or_renew()
+            except TimeoutError:
                 renewed = False
             # someone else holds it (no point retrying), or the deadline passed while trying
             if not renewed and (self.holder != self.identity or self._clock() >= self._valid_until):

@@ -43,8 +43,8 @@ class Scheduler:
         self.cache = ClusterCache(config.scheduler_name, config.node_selector)
         self.queue = GangQueue.from_config(self.core_config)
         self.binder = Binder(kube, config.binding.parallelism, config.binding.retries)
-        self.status = StatusWriter(kube, config.status_min_interval_seconds)
-        self.events = EventRecorder(kube, config.scheduler_name)
+        self.status = StatusWriter(kube, config.status_min_interval_seconds, self.binder.wait_idle)
+        self.events = EventRecorder(kube, config.scheduler_name, wait_for_bindings=self.binder.wait_idle)
         self.preemption_policy = config.preemption.policy()
         self.evictor = Evictor(kube, self.cache, self.events, config.preemption)
         self._nominations_checked = 0.0
@@ -105,13 +105,18 @@ class Scheduler:
             timeout = min(timeout, max(0.0, retry_at - time.time()))
         if self.cache.assumed:
             timeout = min(timeout, self.config.binding.assume_timeout_seconds)
+        # asyncio.timeout, not wait_for: on 3.11 wait_for can lose a
+        # cancellation that arrives as the event is set, and the loop would
+        # then outlive SIGTERM (seen under load).
         try:
-            await asyncio.wait_for(self.cache.changed.wait(), timeout)
+            async with asyncio.timeout(timeout):
+                await self.cache.changed.wait()
+        except TimeoutError:
+            pass
+        else:
             # Watch events come in bursts (a bound gang, a relist): take the
             # whole burst into one cycle rather than one cycle per event.
             await asyncio.sleep(CHANGE_BATCH_SECONDS)
-        except asyncio.TimeoutError:
-            pass
         self.cache.changed.clear()
 
     # ---- one cycle --------------------------------------------------------------

@@ -3,6 +3,9 @@
 A status is written only when it differs from the last one written (ignoring
 timestamps), and at most once per ``min_interval`` per group, so an idle
 cluster costs no writes.  Events are deduplicated by (object, reason, message).
+Both wait while bindings are in flight (``wait_for_bindings``, at most
+``YIELD_TO_BINDINGS_SECONDS``): they share the API server with the
+bindings, and a pod bound a moment sooner is worth more than its event.
 """
 from __future__ import annotations
 
@@ -10,7 +13,7 @@ import asyncio
 import logging
 import time
 from datetime import datetime, timezone
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable
 from urllib.parse import quote
 
 from batchsched.api import constants
@@ -30,10 +33,20 @@ def _comparable(status: dict) -> dict:
     return out
 
 
+# How long events and status writes may wait for a burst of bindings to end.
+YIELD_TO_BINDINGS_SECONDS = 10.0
+
+
+async def _no_wait(at_most: float) -> None:
+    return None
+
+
 class StatusWriter:
-    def __init__(self, kube: Kube, min_interval: float = 1.0):
+    def __init__(self, kube: Kube, min_interval: float = 1.0,
+                 wait_for_bindings: Callable[[float], Awaitable[None]] = _no_wait):
         self.kube = kube
         self.min_interval = min_interval
+        self.wait_for_bindings = wait_for_bindings
         self._written: dict[str, dict] = {}  # group key -> last status written
         self._pending: dict[str, dict] = {}
         self._last_write: dict[str, float] = {}
@@ -74,6 +87,7 @@ class StatusWriter:
         while True:
             await self._wake.wait()
             self._wake.clear()
+            await self.wait_for_bindings(YIELD_TO_BINDINGS_SECONDS)
             now = time.monotonic()
             due = [k for k in self._pending if now - self._last_write.get(k, 0) >= self.min_interval]
             for key in due:
@@ -107,9 +121,11 @@ class StatusWriter:
 class EventRecorder:
     """Kubernetes Events (core/v1), fire and forget, deduplicated."""
 
-    def __init__(self, kube: Kube, component: str, max_in_flight: int = 16):
+    def __init__(self, kube: Kube, component: str, max_in_flight: int = 16,
+                 wait_for_bindings: Callable[[float], Awaitable[None]] = _no_wait):
         self.kube = kube
         self.component = component
+        self.wait_for_bindings = wait_for_bindings
         self._seen: dict[tuple[str, str, str], float] = {}
         self._slots = asyncio.Semaphore(max_in_flight)
         self._tasks: set[asyncio.Task] = set()
@@ -138,6 +154,7 @@ class EventRecorder:
             "reportingInstance": self.component,
             "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1,
         }
+        await self.wait_for_bindings(YIELD_TO_BINDINGS_SECONDS)
         async with self._slots:
             try:
                 await self.kube.request("POST", f"/api/v1/namespaces/{quote(namespace)}/events", body=body)
