@@ -1,6 +1,6 @@
 """Binding throughput against the real control plane (local, kwok nodes).
 
-    .venv/bin/python bench/controlplane.py [--nodes 500] [--pods 4000] [--gang 8]
+    .venv/bin/python bench/controlplane.py [--nodes 500] [--pods 4000] [--gang 8] [--rounds 3]
 
 One run, one fresh control plane, three contenders on the same nodes and the
 same number of pending pods (1 GPU each), each measured from "pods exist and
@@ -13,7 +13,10 @@ watch, i.e. at binding, not at Running):
 (c) the harness's kube-scheduler on plain pods, once with client QPS/burst
     5000 (no client limit, like ours) and once with its defaults.
 
-Then one 256-pod gang: latency from the last member's creation (the moment
+Each contender starts once kwok has started the previous one's pods, so
+their status updates do not compete with it.  (a) and (b) run ``--rounds``
+times, alternating which goes first, each round on pools of its own; the
+table gives the median round of each and every round's ratio.  Then one 256-pod gang, once batchsched has bound a probe pod: latency from the last member's creation (the moment
 the gang becomes eligible) to all 256 bound, with batchsched already running.
 
 Prints a Markdown table of pods/s and ratios to (a).
@@ -92,6 +95,18 @@ async def wait_all_bound(kube: Kube, ns: str, count: int, timeout: float = 600) 
                 if len(bound) >= count:
                     break
     return first or time.monotonic(), time.monotonic()
+
+
+async def settle(kube: Kube, ns: str, count: int, timeout: float = 300) -> None:
+    """Until kwok has started every pod of the last contender (their status
+    updates would otherwise compete with the next contender), then 1 s more."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        listing = await kube.request("GET", f"/api/v1/namespaces/{ns}/pods")
+        if sum(1 for p in listing["items"] if (p.get("status") or {}).get("phase") == "Running") >= count:
+            break
+        await asyncio.sleep(0.5)
+    await asyncio.sleep(1)
 
 
 class Rate:
@@ -184,14 +199,16 @@ async def run_kube_scheduler(kube: Kube, kubeconfig: Path, workdir: Path, ns: st
 async def gang_latency(kube: Kube, kubeconfig: Path, workdir: Path, ns: str, pool: str, size: int) -> float:
     proc = start_batchsched(kubeconfig, workdir, pool)
     try:
-        await asyncio.sleep(3)  # let it list and settle before the gang arrives
+        # A one-pod probe bound proves it has listed the cluster and schedules.
+        await kube.request("POST", f"/api/v1/namespaces/{ns}/pods", body=pod_body("probe", ns, "batchsched"))
+        await wait_all_bound(kube, ns, 1)
         await kube.request("POST", f"/apis/{constants.API_VERSION}/namespaces/{ns}/podgroups",
                            body={"apiVersion": constants.API_VERSION, "kind": "PodGroup",
                                  "metadata": {"name": "big", "namespace": ns}, "spec": {"minMember": size}})
         await create_many(kube, f"/api/v1/namespaces/{ns}/pods",
                           [pod_body(f"big-{i}", ns, "batchsched", "big") for i in range(size)])
         eligible = time.monotonic()
-        return (await wait_all_bound(kube, ns, size))[1] - eligible
+        return (await wait_all_bound(kube, ns, size + 1))[1] - eligible
     finally:
         stop(proc)
 
@@ -204,35 +221,54 @@ async def main_async(args) -> None:
         try:
             crd = yaml.safe_load((ROOT / "crds" / "podgroup.yaml").read_text())
             await kube.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", body=crd)
-            pools = ["null", "batchsched", "kube-fast", "kube-default", "gang"]
+            rounds = range(args.rounds)
+            pools = ([f"null{r}" for r in rounds] + [f"batchsched{r}" for r in rounds]
+                     + ["kube-fast", "kube-default", "gang"])
             for pool in pools:
                 await kube.request("POST", "/api/v1/namespaces", body={"metadata": {"name": f"bench-{pool}"}})
             node_names = {pool: [f"{pool}-{i:04d}" for i in range(args.nodes)] for pool in pools}
             for pool in pools:
                 await create_many(kube, "/api/v1/nodes", [node_body(n, pool) for n in node_names[pool]])
             await asyncio.sleep(2)
-            results = {}
-            results["(a) null binder"] = await run_null_binder(kube, "bench-null", node_names["null"],
-                                                               args.pods, args.parallel)
-            results["(b) batchsched"] = await run_batchsched(kube, cluster.kubeconfig, workdir, "bench-batchsched",
-                                                             "batchsched", args.pods, args.gang)
+            null_rates, ours = [], []
+            for r in rounds:  # alternating who goes first, each on its own pool
+                for contender in (("null", "batchsched") if r % 2 == 0 else ("batchsched", "null")):
+                    pool = f"{contender}{r}"
+                    if contender == "null":
+                        null_rates.append(await run_null_binder(kube, f"bench-{pool}", node_names[pool],
+                                                                args.pods, args.parallel))
+                    else:
+                        ours.append(await run_batchsched(kube, cluster.kubeconfig, workdir, f"bench-{pool}",
+                                                         pool, args.pods, args.gang))
+                    await settle(kube, f"bench-{pool}", args.pods)
+            results = {"(a) null binder": median_rate(null_rates), "(b) batchsched": median_rate(ours)}
             results["(c) kube-scheduler, QPS 5000"] = await run_kube_scheduler(
                 kube, cluster.kubeconfig, workdir, "bench-kube-fast", "kube-fast", args.pods, 5000)
+            await settle(kube, "bench-kube-fast", args.pods)
             results["(c) kube-scheduler, default QPS"] = await run_kube_scheduler(
                 kube, cluster.kubeconfig, workdir, "bench-kube-default", "kube-default", args.pods, None)
+            await settle(kube, "bench-kube-default", args.pods)
             latency = await gang_latency(kube, cluster.kubeconfig, workdir, "bench-gang", "gang", 256)
         finally:
             await kube.close()
             localcluster.down(workdir / "cluster")
     ceiling = results["(a) null binder"]
     print(f"\n{args.nodes} nodes x 8 GPUs per contender, {args.pods} pending 1-GPU pods "
-          f"(batchsched: gangs of {args.gang}), binding parallelism {args.parallel}\n")
+          f"(batchsched: gangs of {args.gang}), binding parallelism {args.parallel}, "
+          f"(a) and (b) the median of {args.rounds} rounds\n")
     print("| contender | steady pods bound/s | ratio to (a) | start to first bind (s) | "
           "overall pods/s incl. start |\n|---|---|---|---|---|")
     for name, rate in results.items():
         print(f"| {name} | {rate.steady:.0f} | {rate.steady / ceiling.steady:.2f} | {rate.startup:.2f} | "
               f"{rate.overall:.0f} |")
+    print("\nper round, steady pods/s (a) / (b) = ratio: " + "; ".join(
+        f"{a.steady:.0f} / {b.steady:.0f} = {b.steady / a.steady:.2f}" for a, b in zip(null_rates, ours)))
     print(f"\n256-pod gang, eligible to all bound: {latency * 1000:.0f} ms")
+
+
+def median_rate(rates: list[Rate]) -> Rate:
+    """The round with the median steady rate."""
+    return sorted(rates, key=lambda r: r.steady)[len(rates) // 2]
 
 
 def main() -> None:
@@ -241,6 +277,7 @@ def main() -> None:
     parser.add_argument("--pods", type=int, default=4000)
     parser.add_argument("--gang", type=int, default=8)
     parser.add_argument("--parallel", type=int, default=32)
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of (a) and (b), alternating which goes first")
     parser.add_argument("--profile", type=Path, help="write cProfile output of each batchsched run here")
     args = parser.parse_args()
     global PROFILE_DIR

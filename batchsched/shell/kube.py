@@ -12,11 +12,17 @@ one client defect:
   bound (``tests/integration/test_client_quirks.py`` proves it against a real
   API server), so binding is done here on the raw path and judged by the
   HTTP status code alone.
+* Its aiohttp session is made with ``trust_env=True``, so every request
+  reads ``~/.netrc`` and the proxy variables in a worker thread: two thread
+  hops per request, most of the client's CPU per binding (measured in
+  bench/RESULTS.md).  Unless a proxy variable is set, the session is made
+  without it; a kubeconfig ``proxy-url`` still applies.
 """
 from __future__ import annotations
 
 import json
 import logging
+import os
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Callable, Mapping
 from urllib.parse import quote
@@ -24,6 +30,8 @@ from urllib.parse import quote
 from kubernetes.aio import client, config
 
 log = logging.getLogger(__name__)
+
+PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")
 
 
 @dataclass
@@ -65,6 +73,8 @@ class Kube:
             config.load_incluster_config(client_configuration=configuration)
         # Binding a 256-pod gang wants many requests in flight at once.
         configuration.connection_pool_maxsize = qps_connections
+        if not any(os.environ.get(v) for v in PROXY_VARIABLES):
+            configuration.client_session_kwargs = {"trust_env": False}
         return cls(client.ApiClient(configuration))
 
     async def close(self) -> None:
