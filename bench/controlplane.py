@@ -16,7 +16,9 @@ watch, i.e. at binding, not at Running):
 Each contender starts once kwok has started the previous one's pods, so
 their status updates do not compete with it.  (a) and (b) run ``--rounds``
 times, alternating which goes first, each round on pools of its own; the
-table gives the median round of each and every round's ratio.  Then one 256-pod gang, once batchsched has bound a probe pod: latency from the last member's creation (the moment
+table gives the median round of each and every round's ratio.  Then one
+256-pod gang, once batchsched has bound a probe pod: latency from the last
+member's creation (the moment
 the gang becomes eligible) to all 256 bound, with batchsched already running.
 
 Prints a Markdown table of pods/s and ratios to (a).
