@@ -133,6 +133,9 @@ class Scheduler:
         touched, freed = self.cache.drain_changes()
         self.queue.note_changes(touched, freed)
         for key in touched:
+            if key not in self.cache.groups_raw and not self.cache.members(key):
+                self._forget_gang(key)  # gone: what we kept about it would only pile up
+                continue
             verdict = self.verdicts.get(key)
             if verdict is not None and verdict.reason == REASON_SCHEDULE_TIMEOUT:
                 self.start_times.pop(key, None)  # a changed gang gets a fresh clock
@@ -161,6 +164,11 @@ class Scheduler:
         self._count_attempts(plan)
         self._report(plan, touched)
         return plan
+
+    def _forget_gang(self, key: str) -> None:
+        self.verdicts.pop(key, None)
+        self.start_times.pop(key, None)
+        self.status.forget(key)
 
     def _quorum_eligible_since(self, plan: CyclePlan, snapshot: Snapshot) -> dict[str, float]:
         """Gangs whose quorum these bindings complete -> since when each has been eligible."""
