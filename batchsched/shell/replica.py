@@ -47,6 +47,7 @@ async def run_replica(kubeconfig: str | None, config: SchedulerConfig) -> int:
             kube.may_write = elector.is_leading
             metrics.read_leadership(elector.is_leading)
         scheduler = Scheduler(kube, config, leading=elector.leading if elector else None, metrics=metrics)
+        scheduler.on_synced = settle_heap  # once the caches hold the cluster, keep the collector off them
         runner = await server.serve(config.metrics_bind_address, metrics, _readiness(scheduler, elector))
         await _run_until_stopped(scheduler, elector)
     finally:
@@ -59,12 +60,6 @@ async def run_replica(kubeconfig: str | None, config: SchedulerConfig) -> int:
         return EXIT_LOST_LEASE
     log.info("stopped")
     return 0
-
-
-async def _settle_heap_when_synced(scheduler: Scheduler) -> None:
-    """Once the caches hold the cluster, keep the collector off them."""
-    await scheduler.ready.wait()
-    settle_heap()
 
 
 def _readiness(scheduler: Scheduler, elector: LeaderElector | None) -> Callable[[], str]:
@@ -85,7 +80,7 @@ async def _run_until_stopped(scheduler: Scheduler, elector: LeaderElector | None
         loop.add_signal_handler(sig, stop.set)
     scheduling = asyncio.create_task(scheduler.run(), name="scheduler")
     waiting = [scheduling, asyncio.create_task(stop.wait())]
-    background = [asyncio.create_task(_settle_heap_when_synced(scheduler), name="settle-heap")]
+    background: list[asyncio.Task] = []
     if elector is not None:
         background.append(asyncio.create_task(elector.run(), name="leader-election"))
         waiting.append(asyncio.create_task(elector.lost.wait()))

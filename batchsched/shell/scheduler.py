@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from typing import Callable
 
 from batchsched.api.podgroup import Condition, PodGroupStatus
 from batchsched.config import SchedulerConfig
@@ -54,6 +55,9 @@ class Scheduler:
         self.verdicts: dict[str, Verdict] = {}
         self.start_times: dict[str, str] = {}  # gang key -> scheduleStartTime
         self.ready = asyncio.Event()
+        # Called once the caches have synced, before the first cycle (the
+        # replica settles the heap there, so that pause never hits a burst).
+        self.on_synced: Callable[[], None] = lambda: None
         self.bound_total = 0
         self._tasks: set[asyncio.Task] = set()
         self.cache.on_bad_object = self._bad_object
@@ -76,6 +80,7 @@ class Scheduler:
         background.append(asyncio.create_task(self.status.run(), name="status-writer"))
         try:
             await asyncio.gather(*(r.synced.wait() for r in reflectors))
+            self.on_synced()
             self.ready.set()
             log.info("caches synced: %d nodes, %d pods, %d PodGroups; scheduling as %r",
                      len(self.cache.nodes), len(self.cache.pods), len(self.cache.groups_raw),
