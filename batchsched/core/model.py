@@ -6,6 +6,7 @@ is pure, so it lives here and is unit-tested like the rest of the core.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Mapping
@@ -127,7 +128,7 @@ class PodInfo:
         """A bound pod counts against its node until it is terminal."""
         return bool(self.node_name) and not self.terminal
 
-    @property
+    @functools.cached_property  # read for every pod by every pass over pods; the instance is frozen
     def gang_key(self) -> str:
         """The gang this pod belongs to: its PodGroup, or itself alone."""
         if self.group:

@@ -81,9 +81,8 @@ def victim_units(snapshot: Snapshot, gangs: Mapping[str, Gang], preemptor: Gang,
     now = snapshot.now
     units: list[VictimUnit] = []
     by_gang: dict[str, list[PodInfo]] = {}
-    for pod in snapshot.pods.values():
-        if (pod.uid in excluded or pod.uid in state.refused or pod.gang_key == preemptor.key
-                or pod.node_name in state.cooling_nodes or pod.node_name not in snapshot.nodes):
+    for pod in _victim_candidates(snapshot, policy, state):
+        if pod.uid in excluded or pod.gang_key == preemptor.key:
             continue
         gang = gangs.get(pod.gang_key) if pod.scheduler_name == snapshot.scheduler_name else None
         group = gang.spec if gang is not None and not gang.implicit else None
@@ -109,6 +108,24 @@ def victim_units(snapshot: Snapshot, gangs: Mapping[str, Gang], preemptor: Gang,
         units.append(VictimUnit(f"gang:{key}", tuple(candidates), True, freed))
     units.sort(key=lambda u: (u.cost, u.key))
     return units
+
+
+def _victim_candidates(snapshot: Snapshot, policy: PreemptionPolicy, state: PreemptionState) -> list[PodInfo]:
+    """The pods, in ``pods`` order, that some preemptor may evict: every
+    pod-level rule that does not depend on the preemptor holds.  Computed
+    once per snapshot, policy and state (kept in the snapshot's
+    ``__dict__``, not a field): a cycle asks for every gang that does not fit."""
+    kept = snapshot.__dict__.get("_victim_candidates")
+    if kept is not None and kept[0] is policy and kept[1] is state:
+        return kept[2]
+    candidates = [pod for pod in snapshot.pods.values()
+                  if pod.uid not in state.refused and pod.node_name not in state.cooling_nodes
+                  and pod.node_name in snapshot.nodes and policy.may_be_victim(pod, _ANY_PREEMPTOR, snapshot.now)]
+    snapshot.__dict__["_victim_candidates"] = (policy, state, candidates)
+    return candidates
+
+
+_ANY_PREEMPTOR = float("inf")  # a priority above every pod's
 
 
 def _cheapest_on_node(request: Resources, free: Resources, node: str,
