@@ -45,6 +45,7 @@ class ClusterState:
         self._by_gang: dict[str, dict[str, None]] = {}  # gang key -> uids (every scheduler's)
         self._gang_stamp: dict[str, int] = {}
         self._pending: dict[str, int] = {}  # gang key -> our pending pods in it
+        self._holding: dict[str, int] = {}  # gang key -> our pods in it holding room on a node
         self._terminating: set[str] = set()  # uids: bound, holding room, terminating
         self._nominated: set[str] = set()  # uids: ours, pending, nominated to a node
         for node in nodes:
@@ -150,6 +151,10 @@ class ClusterState:
         terminating and not gated."""
         return self._pending.keys()
 
+    def holding_gang_keys(self) -> Iterable[str]:
+        """Gangs with pods of ours that hold room on a node (bound, not terminal)."""
+        return self._holding.keys()
+
     def terminating_pods(self) -> Iterator[PodInfo]:
         """Bound pods holding room while they terminate, in ``pods`` order."""
         return self._in_order(self._terminating)
@@ -208,13 +213,18 @@ class ClusterState:
         ours = pod.scheduler_name == self.scheduler_name
         unbound_live = not pod.node_name and not pod.terminal
         if ours and unbound_live and not pod.terminating and not pod.gated:
-            count = self._pending.get(key, 0) + sign
-            if count:
-                self._pending[key] = count
-            else:
-                del self._pending[key]
+            _count(self._pending, key, sign)
+        if ours and pod.holds_resources:
+            _count(self._holding, key, sign)
         if pod.node_name and pod.holds_resources and pod.terminating:
             (self._terminating.add if sign > 0 else self._terminating.discard)(uid)
         if ours and unbound_live and pod.nominated_node:
             (self._nominated.add if sign > 0 else self._nominated.discard)(uid)
 
+
+def _count(counts: dict[str, int], key: str, delta: int) -> None:
+    count = counts.get(key, 0) + delta
+    if count:
+        counts[key] = count
+    else:
+        del counts[key]

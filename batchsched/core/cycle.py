@@ -20,15 +20,14 @@ from batchsched.core import resources as res
 from batchsched.core.config import CoreConfig
 from batchsched.core.gangs import Gang, GangIndex
 from batchsched.core.model import PodInfo
-from batchsched.core.placement.capacity import CapacityIndex, cluster_capacity
-from batchsched.core.placement.fit import NodeFilter
+from batchsched.core.placement.capacity import CapacityIndex, NodeEntry, cluster_capacity, kept_index
 from batchsched.core.placement.gang import GangPlan, PlanFailure, plan_gang
 from batchsched.core.preemption.plan import NominationHolds, NoPreemption, plan_preemption
 from batchsched.core.preemption.policy import PreemptionPolicy, PreemptionState
 from batchsched.core.queueing.queue import GangQueue
 from batchsched.core.resources import Resources
 from batchsched.core.snapshot import Snapshot
-from batchsched.core.topology.accounting import gpu_rooms
+from batchsched.core.topology.accounting import room_of
 
 REASON_SCHEDULED = "Scheduled"
 REASON_UNSCHEDULABLE = "Unschedulable"
@@ -102,7 +101,7 @@ def schedule_cycle(snapshot: Snapshot, queue: GangQueue, config: CoreConfig = Co
     holds = NominationHolds.from_snapshot(snapshot)
     withheld = holds.withheld()
     capacity = cluster_capacity(snapshot.cluster, withheld)
-    _refresh_reservation(snapshot, gangs, queue, capacity.node_filter, config)
+    _refresh_reservation(snapshot, gangs, queue, config)
     cluster_total = snapshot.cluster.total_allocatable
     evicting: set[str] = set()  # victims chosen earlier in this cycle
     attempts = 0
@@ -187,21 +186,26 @@ def _topology_args(gang: Gang, config: CoreConfig) -> dict:
 
 
 def _refresh_reservation(snapshot: Snapshot, gangs: Mapping[str, Gang], queue: GangQueue,
-                         node_filter: NodeFilter, config: CoreConfig) -> None:
+                         config: CoreConfig) -> None:
     """Give the reservation to the first long-waiting gang that is not
     hopeless (see batchsched.core.queueing.queue)."""
-    freest_first: dict[str, tuple] = {}
+    cluster = snapshot.cluster
     for key in queue.reservation_candidates(snapshot.now):
         gang = gangs[key]
         if not gang.need:
             continue  # its quorum is bound; extra members reserve nothing
-        if not freest_first:  # among nodes equally good once drained, the freest now should drain first
-            for name in snapshot.nodes:
-                f = snapshot.cluster.free(name)
-                freest_first[name] = (-f.get(GPU_RESOURCE, 0), -f.get(res.CPU, 0), -f.get(res.MEMORY, 0))
-        drains = _drains_for(snapshot, gangs, gang)
-        drained = CapacityIndex(snapshot.nodes, snapshot.free_by_node_without(drains), node_filter,
-                                tiebreak=freest_first, rooms=gpu_rooms(snapshot, drains))
+        # The bound pods it may wait out: ours, of other gangs, not of higher
+        # priority.  (Counting equal-priority pods is what makes the
+        # reservation useful when every gang has the default priority.)
+        drainable = frozenset(k for k in cluster.holding_gang_keys()
+                              if k != gang.key and gangs[k].priority <= gang.priority)
+        before = cluster.caches.get("drainable")
+        cluster.caches["drainable"] = (gang.key, drainable)
+        # Gangs that turned drainable or not (a priority changed, or they
+        # bound or ended) change the picture on the nodes of their pods.
+        turned = drainable ^ before[1] if before and before[0] == gang.key else frozenset()
+        nodes = {p.node_name for k in turned for p in (cluster.pods[u] for u in cluster.gang_uids(k)) if p.node_name}
+        drained = kept_index(cluster, "drained", gang.key, _drained_entry(snapshot, drainable), also_changed=nodes)
         result = plan_gang(gang.pending, gang.need, drained, **_topology_args(gang, config))
         if isinstance(result, PlanFailure):
             queue.mark_hopeless(key)
@@ -211,14 +215,27 @@ def _refresh_reservation(snapshot: Snapshot, gangs: Mapping[str, Gang], queue: G
     queue.release_reservation()
 
 
-def _drains_for(snapshot: Snapshot, gangs: Mapping[str, Gang], head: Gang) -> Callable[[PodInfo], bool]:
-    """The bound pods ``head`` may wait out: ours, of other gangs, not of
-    higher priority.  (Counting equal-priority pods is what makes the
-    reservation useful when every gang has the default priority.)"""
-    def drains(pod: PodInfo) -> bool:
-        return (pod.scheduler_name == snapshot.scheduler_name and pod.gang_key != head.key
-                and gangs[pod.gang_key].priority <= head.priority)
-    return drains
+def _drained_entry(snapshot: Snapshot, drainable: frozenset[str]) -> Callable[[str], NodeEntry]:
+    """A node as if the pods of ``drainable`` gangs (ours) had finished;
+    among nodes equally good once drained, the freest now drains first."""
+    cluster = snapshot.cluster
+
+    def entry(name: str) -> NodeEntry:
+        now = cluster.free(name)
+        tiebreak = (-now.get(GPU_RESOURCE, 0), -now.get(res.CPU, 0), -now.get(res.MEMORY, 0))
+        holding = [p for p in cluster.bound_pods(name) if p.holds_resources]
+        gone = [p for p in holding if p.scheduler_name == snapshot.scheduler_name and p.gang_key in drainable]
+        if not gone:
+            return now, cluster.room(name), tiebreak
+        free = dict(now)
+        for pod in gone:
+            free = res.add(free, pod.requests)
+        room = cluster.room(name)
+        if room is not None:
+            gone_uids = {p.uid for p in gone}
+            room = room_of(snapshot.nodes[name], [p for p in holding if p.uid not in gone_uids])
+        return free, room, tiebreak
+    return entry
 
 
 def _beyond_cluster(min_resources: Mapping[str, int], capacity: Mapping[str, int]) -> str:

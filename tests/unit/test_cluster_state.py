@@ -10,7 +10,7 @@ from batchsched.core import resources as res
 from batchsched.core.cluster import ClusterState
 from batchsched.core.gangs import GangIndex, build_gangs
 from batchsched.core.model import TopologyPolicy
-from batchsched.core.placement.capacity import CapacityIndex, cluster_capacity
+from batchsched.core.placement.capacity import CapacityIndex, cluster_capacity, kept_index
 from batchsched.core.placement.fit import NodeFilter
 from batchsched.core.snapshot import Snapshot
 from batchsched.core.topology.accounting import room_of
@@ -124,6 +124,44 @@ def test_the_kept_capacity_index_equals_a_fresh_one_after_random_changes_and_com
         if names and rng.random() < 0.5:
             target = rng.choice(names)
             kept.commit({target: {"cpu": 0}})
+
+
+def test_a_kept_index_with_tiebreaks_and_a_key_equals_a_fresh_one():
+    """As the reservation's "as if drained" index: entries with a tiebreak,
+    rebuilt when the key changes, reset from changed nodes otherwise."""
+    rng = random.Random(5)
+    state = ClusterState("batchsched")
+    shape = pod("shape", cpu=2, memory="8Gi", gpu=2)
+
+    def entry_for(drained_gang: str):
+        def entry(name):
+            now = state.free(name)
+            gone = [p for p in state.bound_pods(name) if p.holds_resources and p.gang_key == drained_gang]
+            free = now
+            for p in gone:
+                free = res.add(free, p.requests)
+            return free, state.room(name), (-now.get("nvidia.com/gpu", 0),)
+        return entry
+
+    for step in range(400):
+        mutate(rng, state, step)
+        if step % 5:
+            continue
+        drained_gang = rng.choice(("default/g1", "default/g2"))
+        entry = entry_for(drained_gang)
+        kept = kept_index(state, "drained", drained_gang, entry)
+        free, rooms, tiebreak = {}, {}, {}
+        for name in state.nodes:
+            free[name], room, tiebreak[name] = entry(name)
+            if room is not None:
+                rooms[name] = room
+        fresh = CapacityIndex(state.nodes, free, NodeFilter(state.nodes), tiebreak=tiebreak, rooms=rooms)
+        for policy in POLICIES:
+            a, b = kept.view(shape, policy), fresh.view(shape, policy)
+            assert heap_order(a) == heap_order(b), (step, policy)
+            assert a.reason_counts((), {}, {}) == b.reason_counts((), {}, {})
+        if state.nodes and rng.random() < 0.5:
+            kept.commit({rng.choice(sorted(state.nodes)): {"cpu": 0}})
 
 
 def test_built_gangs_are_reused_until_a_member_or_the_group_changes():

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import heapq
 from collections import Counter
-from typing import Collection, Mapping
+from typing import Callable, Collection, Hashable, Mapping
 
 from batchsched.api.constants import GPU_RESOURCE
 from batchsched.core import resources as res
@@ -208,7 +208,7 @@ class CapacityIndex:
         self.free = free
         self.rooms = rooms if rooms is not None else {}
         self.node_filter = node_filter or NodeFilter(nodes)
-        self.tiebreak = tiebreak or {}
+        self.tiebreak = dict(tiebreak or {})
         self.versions: dict[str, int] = {}  # bumped whenever a node's entry changes; kept for gone nodes
         self.generation = 0  # syncs so far (see cluster_capacity)
         self.committed: set[str] = set()  # nodes ``commit`` changed since the last sync
@@ -233,10 +233,13 @@ class CapacityIndex:
             for view in self._views.values():
                 view.refresh(name)
 
-    def reset_node(self, name: str, free: Resources, room: GpuRoom | None, replaced: bool) -> None:
-        """Node ``name`` now has ``free`` and ``room``; ``replaced``: the
-        node object itself was added, removed or replaced in ``nodes``."""
-        if not replaced and self.free.get(name) == free and self.rooms.get(name) == room:
+    def reset_node(self, name: str, free: Resources, room: GpuRoom | None, tiebreak: tuple,
+                   replaced: bool) -> None:
+        """Node ``name`` now has ``free``, ``room`` and ``tiebreak``;
+        ``replaced``: the node object itself was added, removed or replaced
+        in ``nodes``."""
+        if (not replaced and self.free.get(name) == free and self.rooms.get(name) == room
+                and self.tiebreak.get(name, ()) == tiebreak):
             return
         if name in self.nodes:
             self.free[name] = free
@@ -246,6 +249,10 @@ class CapacityIndex:
             self.rooms.pop(name, None)
         else:
             self.rooms[name] = room
+        if tiebreak:
+            self.tiebreak[name] = tiebreak
+        else:
+            self.tiebreak.pop(name, None)
         self.versions[name] = self.versions.get(name, 0) + 1
         for view in self._views.values():
             if replaced:
@@ -263,28 +270,50 @@ class CapacityIndex:
 VIEW_IDLE_SYNCS = 32
 
 
+# A node's entry in a kept index: its free resources, GPU room (None: none)
+# and tiebreak (() when none).
+NodeEntry = tuple[Resources, GpuRoom | None, tuple]
+
+
 def cluster_capacity(cluster: ClusterState, withheld: Mapping[str, Resources]) -> CapacityIndex:
     """The cluster's capacity index for this cycle: every node's free
-    resources less ``withheld``, and its GPU room.
+    resources less ``withheld``, and its GPU room (see ``kept_index``)."""
+    withheld_before = cluster.caches.get("withheld", {})
+    cluster.caches["withheld"] = dict(withheld)
+    return kept_index(cluster, "capacity", None,
+                      lambda name: (_less(cluster.free(name), withheld.get(name)), cluster.room(name), ()),
+                      also_changed=withheld_before.keys() | withheld.keys())
 
-    Kept in ``cluster.caches`` across cycles; each call resets only the
-    nodes that may differ from the last call's result: those the cluster
-    changed since, those the last cycle's plans committed, and those whose
-    withheld room changed.  So its shape views (heaps and reasons) are
-    updated, not rebuilt, and a cycle costs what changed.  The result is
-    the index a fresh build would give: each node's entries depend only on
-    its node object, free resources and room.
+
+def kept_index(cluster: ClusterState, slot: str, key: Hashable, entry: Callable[[str], NodeEntry],
+               also_changed: Collection[str] = ()) -> CapacityIndex:
+    """A capacity index over the cluster's nodes, ``entry(name)`` giving
+    each node's free resources, room and tiebreak.
+
+    Kept in ``cluster.caches[slot]`` across cycles while ``key`` is the
+    same; each call resets only the nodes whose entry may differ from the
+    last call's: those the cluster changed since, those plans committed to
+    the index, and ``also_changed`` (``entry`` must depend on nothing else
+    that changes under the same key).  So its shape views (heaps and
+    reasons) are updated, not rebuilt, and a cycle costs what changed.  The
+    result is the index a fresh build would give: each node's entries depend
+    only on its node object and its entry.
     """
-    cached = cluster.caches.get("capacity")
-    if cached is None:
+    cached = cluster.caches.get(slot)
+    if cached is None or cached[0] != key:
         seen: dict[str, NodeInfo] = dict(cluster.nodes)
-        free = {name: _less(cluster.free(name), withheld.get(name)) for name in cluster.nodes}
-        rooms = {name: room for name in cluster.nodes if (room := cluster.room(name)) is not None}
-        index = CapacityIndex(seen, free, NodeFilter(seen), rooms=rooms)
+        free, rooms, tiebreak = {}, {}, {}
+        for name in seen:
+            free[name], room, tie = entry(name)
+            if room is not None:
+                rooms[name] = room
+            if tie:
+                tiebreak[name] = tie
+        index = CapacityIndex(seen, free, NodeFilter(seen), tiebreak=tiebreak, rooms=rooms)
     else:
-        index, mark, withheld_before = cached
+        _, index, mark = cached
         changed = set(cluster.changed_since(mark))
-        changed.update(index.committed, withheld_before, withheld)
+        changed.update(index.committed, also_changed)
         index.committed = set()
         nodes = index.nodes  # the index's own copy: it tells which node objects it has seen
         replaced = False
@@ -294,17 +323,16 @@ def cluster_capacity(cluster: ClusterState, withheld: Mapping[str, Resources]) -
                 continue  # a node name pods were bound to, never a node
             if node is None:
                 del nodes[name]
-                index.reset_node(name, {}, None, replaced=was is not None)
+                index.reset_node(name, {}, None, (), replaced=True)
             else:
                 nodes[name] = node
-                index.reset_node(name, _less(cluster.free(name), withheld.get(name)), cluster.room(name),
-                                 replaced=was is not node)
+                index.reset_node(name, *entry(name), replaced=was is not node)
             replaced |= was is not node
         if replaced:
             index.node_filter.nodes_changed()
         index.generation += 1
         index.drop_views_unused_since(index.generation - VIEW_IDLE_SYNCS)
-    cluster.caches["capacity"] = (index, cluster.mark, dict(withheld))
+    cluster.caches[slot] = (key, index, cluster.mark)
     return index
 
 
