@@ -125,14 +125,16 @@ def test_hopeless_gang_does_not_starve_a_later_small_one(env, start_scheduler):
 
 # 5
 def test_succeeded_member_does_not_count_toward_quorum(env, start_scheduler):
-    node = env.add_node("n1", gpus=0)
+    env.add_node("n1", gpus=0)
     env.create(pod_group("g", env.namespace, 3))
     done = pod("g-0", env.namespace, group="g", cpu="1")
-    done["spec"]["nodeName"] = node  # ran earlier, placed directly
+    # It ran earlier on a node since retired: no kwok stage races the
+    # Succeeded status below (one re-applied Running under load).
+    done["spec"]["nodeName"] = "retired-node"
     env.create(done)
-    wait_for("g-0 running", lambda: env.pods()["g-0"]["status"].get("phase") == "Running")
     env.kube.merge_patch(f"/api/v1/namespaces/{env.namespace}/pods/g-0/status",
                          {"status": {"phase": "Succeeded"}})
+    wait_for("g-0 Succeeded", lambda: env.pods()["g-0"]["status"].get("phase") == "Succeeded")
     for i in (1, 2):
         env.create(pod(f"g-{i}", env.namespace, group="g", cpu="1"))
     start_scheduler()
