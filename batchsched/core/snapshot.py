@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Mapping
+from typing import Mapping
 
 from batchsched.core.cluster import ClusterState
 from batchsched.core.model import GroupSpec, NodeInfo, PodInfo
@@ -51,14 +51,3 @@ class Snapshot:
 
     def free_by_node(self) -> dict[str, Resources]:
         return {name: dict(self.cluster.free(name)) for name in self.nodes}
-
-    def free_by_node_without(self, gone: Callable[[PodInfo], bool]) -> dict[str, Resources]:
-        """Free resources per node as if the bound pods for which ``gone``
-        is true had finished."""
-        free = self.free_by_node()
-        for name, room in free.items():
-            for pod in self.cluster.bound_pods(name):
-                if pod.holds_resources and gone(pod):
-                    for resource, amount in pod.requests.items():
-                        room[resource] = room.get(resource, 0) + amount
-        return free

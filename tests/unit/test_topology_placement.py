@@ -11,7 +11,7 @@ from batchsched.core.cycle import schedule_cycle
 from batchsched.core.model import GroupSpec, TopologyPolicy, group_from_json
 from batchsched.core.placement.gpus import REASON_NO_NUMA_FIT, REASON_NO_NVLINK_SET, REASON_SHARED_GPUS
 from batchsched.core.queueing.queue import GangQueue
-from batchsched.core.topology.accounting import gpu_rooms, numa_capacity
+from batchsched.core.topology.accounting import gpu_rooms, numa_capacity, room_of
 from batchsched.core.topology.choose import gpus_of
 from tests.unit.helpers import gang_pods, pod, snapshot, stamp
 from tests.unit.topology_support import fixture, topology_node
@@ -65,8 +65,8 @@ def test_rooms_are_rebuilt_from_gpu_id_annotations_and_unknown_ids_only_count():
     snap = snapshot(nodes, pods)
     assert gpus_of(gpu_rooms(snap)["dgx"].free) == (1, 2, 4, 6, 7)
     assert snap.free_by_node()["dgx"][GPU] == 1  # counts stay exact: 2 + 2 + 1 + 1 + 1 used
-    gone = gpu_rooms(snap, lambda p: p.name == "ours")["dgx"]
-    assert gpus_of(gone.free) == (0, 1, 2, 4, 6, 7)  # "twice" now names GPU 3
+    gone = room_of(nodes[0], [p for p in pods if p.holds_resources and p.name != "ours"])
+    assert gpus_of(gone.free) == (0, 1, 2, 4, 6, 7)  # without "ours", "twice" names GPU 3
 
 
 def test_nodes_without_topology_hand_out_ids_by_count_and_shared_or_mig_nodes_none():

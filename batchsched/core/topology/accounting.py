@@ -167,19 +167,7 @@ def room_of(node: NodeInfo, holding: Iterable[PodInfo]) -> GpuRoom | None:
     return room
 
 
-def gpu_rooms(snapshot: Snapshot, gone: Callable[[PodInfo], bool] | None = None) -> dict[str, GpuRoom]:
-    """The room of every node that has one, as if the bound pods for which
-    ``gone`` is true had finished."""
+def gpu_rooms(snapshot: Snapshot) -> dict[str, GpuRoom]:
+    """The room of every node that has one."""
     state = snapshot.cluster
-    rooms: dict[str, GpuRoom] = {}
-    for name, node in snapshot.nodes.items():
-        room = state.room(name)
-        if room is None:
-            continue
-        if gone is not None:
-            holding = [p for p in state.bound_pods(name) if p.holds_resources]
-            kept = [p for p in holding if not gone(p)]
-            if len(kept) != len(holding):
-                room = room_of(node, kept)
-        rooms[name] = room
-    return rooms
+    return {name: room for name in snapshot.nodes if (room := state.room(name)) is not None}
