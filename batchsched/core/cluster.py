@@ -22,7 +22,7 @@ entries against the stamps kept here.
 """
 from __future__ import annotations
 
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Collection, Iterable, Iterator, Mapping
 
 from batchsched.core.model import NodeInfo, PodInfo
 from batchsched.core.resources import Resources
@@ -56,8 +56,11 @@ class ClusterState:
     # ---- changes --------------------------------------------------------------
 
     def put_node(self, node: NodeInfo) -> None:
+        """Add or replace a node; one equal to the node held keeps the held
+        object, so nothing derived from it is recomputed (a relist, a status
+        heartbeat that changed nothing we read)."""
         old = self.nodes.get(node.name)
-        if old is node:
+        if old is node or old == node:
             return
         if old is not None:
             self._add_total(old.allocatable, -1)
@@ -146,7 +149,7 @@ class ClusterState:
         """Changes whenever a pod of the gang does; 0 for a gang with no pods."""
         return self._gang_stamp.get(gang_key, 0)
 
-    def pending_gang_keys(self) -> Iterable[str]:
+    def pending_gang_keys(self) -> Collection[str]:
         """Gangs with pods of ours that are unbound, not terminal, not
         terminating and not gated."""
         return self._pending.keys()

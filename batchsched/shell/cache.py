@@ -209,9 +209,9 @@ class ClusterCache:
         else:
             old = self.nodes.get(name)
             node = self._convert_node(obj, old)
-            if old != node:  # an equal node keeps its object: nothing derived from it changes
-                self.state.put_node(node)
+            if old != node:
                 self.capacity_freed = True
+            self.state.put_node(node)
         self._notify()
 
     # ---- PodGroups and PriorityClasses ---------------------------------------

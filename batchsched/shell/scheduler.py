@@ -124,8 +124,7 @@ class Scheduler:
         else:
             # Watch events come in bursts (a bound gang, a relist): take the
             # whole burst into one cycle rather than one cycle per event.
-            pending = any(True for _ in self.cache.state.pending_gang_keys())
-            await asyncio.sleep(CHANGE_BATCH_SECONDS if pending else QUIET_BATCH_SECONDS)
+            await asyncio.sleep(CHANGE_BATCH_SECONDS if self.cache.state.pending_gang_keys() else QUIET_BATCH_SECONDS)
         self.cache.changed.clear()
 
     # ---- one cycle --------------------------------------------------------------

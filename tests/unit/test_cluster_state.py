@@ -180,3 +180,12 @@ def test_built_gangs_are_reused_until_a_member_or_the_group_changes():
         state.remove_pod(p.uid)
     assert build_gangs(Snapshot.of(state, groups, 5.0)) == {}
     assert GangIndex(Snapshot.of(state, groups, 5.0)).get("default/g") is None
+
+
+def test_an_equal_node_keeps_the_held_object_and_changes_nothing():
+    state = ClusterState("batchsched", [node("n", gpu=8)])
+    held, mark = state.nodes["n"], state.mark
+    state.put_node(node("n", gpu=8))  # a relist or a heartbeat: equal, another object
+    assert state.nodes["n"] is held and state.changed_since(mark) == []
+    state.put_node(node("n", gpu=4))
+    assert state.nodes["n"].allocatable["nvidia.com/gpu"] == 4 and state.changed_since(mark) == ["n"]
