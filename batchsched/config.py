@@ -26,7 +26,7 @@ class QueueConfig(_Strict):
 class BindingConfig(_Strict):
     parallelism: int = Field(32, ge=1, le=1024)
     retries: int = Field(3, ge=0, le=20)
-    assume_timeout_seconds: float = Field(30.0, alias="assumeTimeoutSeconds", gt=0)
+    partial_gang_timeout_seconds: float = Field(300.0, alias="partialGangTimeoutSeconds", gt=0)
 
 
 class VictimSelector(_Strict):
@@ -131,6 +131,7 @@ class SchedulerConfig(_Strict):
             reservation_after_seconds=self.queue.reservation_after_seconds,
             max_gangs_per_cycle=self.queue.max_gangs_per_cycle,
             domain_labels=tuple(self.topology.domain_labels),
+            partial_gang_timeout=self.binding.partial_gang_timeout_seconds,
         )
 
 

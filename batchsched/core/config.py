@@ -15,11 +15,16 @@ class CoreConfig:
     max_gangs_per_cycle: int = 1000  # attempts per cycle; the rest wait a cycle
     # Node label keys naming a placement domain, smallest kind first (docs/topology.md).
     domain_labels: tuple[str, ...] = (GPU_CLIQUE_LABEL,)
+    # A gang partly bound (some members bound by us, quorum incomplete) for
+    # this long has its bound members evicted to start over (docs/binding.md).
+    partial_gang_timeout: float = 300.0
 
     def __post_init__(self) -> None:
         if not 0 < self.initial_backoff <= self.max_backoff:
             raise ValueError("need 0 < initial_backoff <= max_backoff")
         if self.reservation_after_seconds < 0:
             raise ValueError("reservation_after_seconds must be >= 0")
+        if not self.partial_gang_timeout > 0:
+            raise ValueError("partial_gang_timeout must be > 0")
         if self.max_gangs_per_cycle < 1:
             raise ValueError("max_gangs_per_cycle must be >= 1")

@@ -33,6 +33,7 @@ REASON_SCHEDULED = "Scheduled"
 REASON_UNSCHEDULABLE = "Unschedulable"
 REASON_QUORUM_NOT_REACHED = "QuorumNotReached"
 REASON_SCHEDULE_TIMEOUT = "ScheduleTimeout"
+REASON_PARTIAL_TIMEOUT = "PartialGangTimeout"
 # PodGroupNotFound and InvalidPodGroup come from batchsched.core.gangs.
 
 
@@ -66,11 +67,21 @@ class Nomination:
 
 
 @dataclass(frozen=True)
+class GangReset:
+    """A gang left partly bound too long: evict its bound members so it starts over."""
+
+    gang_key: str
+    pods: tuple[PodInfo, ...]
+    message: str
+
+
+@dataclass(frozen=True)
 class CyclePlan:
     bindings: list[Binding] = field(default_factory=list)
     verdicts: dict[str, Verdict] = field(default_factory=dict)
     evictions: list[Eviction] = field(default_factory=list)
     nominations: list[Nomination] = field(default_factory=list)
+    resets: list[GangReset] = field(default_factory=list)
 
 
 def schedule_cycle(snapshot: Snapshot, queue: GangQueue, config: CoreConfig = CoreConfig(),
@@ -96,6 +107,7 @@ def schedule_cycle(snapshot: Snapshot, queue: GangQueue, config: CoreConfig = Co
             plan.verdicts[gang.key] = Verdict(False, REASON_SCHEDULE_TIMEOUT, (
                 f"Gang {gang.key} was not scheduled within scheduleTimeoutSeconds={timeout}; "
                 "it is retried when its pods or PodGroup change."))
+    starting_over = _start_over_partial_gangs(gangs, queue, now, config.partial_gang_timeout, plan)
 
     # Room nominated to preemptors waiting for their victims is theirs alone.
     holds = NominationHolds.from_snapshot(snapshot)
@@ -108,7 +120,7 @@ def schedule_cycle(snapshot: Snapshot, queue: GangQueue, config: CoreConfig = Co
     for key in queue.ordered():
         if attempts >= config.max_gangs_per_cycle:
             break
-        if not queue.ready(key, now):
+        if not queue.ready(key, now) or key in starting_over:
             continue
         attempts += 1
         gang = gangs[key]
@@ -141,6 +153,23 @@ def schedule_cycle(snapshot: Snapshot, queue: GangQueue, config: CoreConfig = Co
             for a in result.assignments)
         plan.verdicts[key] = Verdict(True, REASON_SCHEDULED, _scheduled_message(gang, result))
     return plan
+
+
+def _start_over_partial_gangs(gangs: Mapping[str, Gang], queue: GangQueue, now: float, timeout: float,
+                              plan: CyclePlan) -> set[str]:
+    """Gangs partly bound for longer than ``timeout`` (a binding refused over
+    and over, say): their bound members are evicted so that the gang starts
+    over whole, rather than holding GPUs it cannot use forever."""
+    keys = set()
+    for key in queue.partial_expired(now, timeout):
+        gang = gangs[key]
+        message = (f"Gang {key} stayed partly bound ({len(gang.bound_active)}/{gang.min_member}) for more than "
+                   f"{timeout:g}s (binding.partialGangTimeoutSeconds); its {len(gang.bound_active)} bound "
+                   "member(s) are evicted so that it starts over when its pods return.")
+        plan.resets.append(GangReset(key, gang.bound_active, message))
+        plan.verdicts[key] = Verdict(False, REASON_PARTIAL_TIMEOUT, message)
+        keys.add(key)
+    return keys
 
 
 def _give(capacity: CapacityIndex, amounts: Mapping[str, Resources], op: Callable) -> None:

@@ -107,13 +107,17 @@ class PodInfo:
     gated: bool = False  # has spec.schedulingGates
     created: float = 0.0  # unix seconds
     resource_version: str = ""
-    gpu_ids: tuple[int, ...] = ()  # from the gpu-ids annotation, once bound
+    gpu_ids: tuple[int, ...] = ()  # from the gpu-ids annotation, once bound (the shell keeps only trusted ones)
     nominated_node: str = ""
     labels: Mapping[str, str] = field(default_factory=dict)
     priority_class: str = ""
     started: float = 0.0  # status.startTime (0: not started)
     preemptible: bool = True  # False: annotation scheduling.batchsched.io/preemptible=false
     preemption_policy: str = "PreemptLowerPriority"  # or Never, from its PriorityClass
+    # This scheduler made (or saw being made) the pod's binding: its GPU ids
+    # are the ones it chose, and it may give a partly bound gang precedence.
+    # A pod created with spec.nodeName, or bound by anyone else, is not.
+    bound_by_scheduler: bool = False
 
     @property
     def key(self) -> str:

@@ -3,18 +3,23 @@
 What happens when the API fails mid-gang (docs/binding.md has the long form):
 
 * Before any request, the cycle has *assumed* the whole plan in the cache, so
-  the next cycle never hands the same room to another gang.
+  the next cycle never hands the same room to another gang.  An assumption
+  has no deadline: it ends when the watch shows the pod bound, when the pod
+  is gone, or when this binder *knows* the binding did not happen.
 * Each binding is sent with the pod's UID as precondition.  A server error,
   throttling (429) or a broken connection is retried with backoff
   (``binding.retries`` times).
-* A binding that still fails is forgotten in the cache: its pod is unbound
-  again and its room free.  ``409 Conflict`` (pod already bound, or replaced
-  by a new pod of that name) and ``404`` (pod or node gone) are not retried.
+* A refusal the API states (400, 403, 404, 422) with no earlier try in
+  doubt means not bound.  Any outcome that leaves doubt -- a timeout, a
+  reset, a 5xx or 429 (the write may have been committed before the error),
+  a 409 (already bound: perhaps by a try of ours whose answer was lost) --
+  is settled by reading the pod back, as often as it takes.  Nothing is
+  forgotten on a guess.
 * Pods of the gang that did bind stay bound (Kubernetes cannot unbind).  The
-  gang is then *partially bound*: the queue puts it ahead of every other gang
-  and the planner places only the remainder, so a gang is never left below
-  minMember by our decisions for longer than it takes to re-plan it; if the
-  remainder cannot be placed, the condition says so.
+  gang is then *partially bound*: the queue puts it ahead of every other
+  gang and the planner places only the remainder; a refusal backs the gang
+  off, and a gang partly bound for ``binding.partialGangTimeoutSeconds`` is
+  started over (docs/binding.md).
 """
 from __future__ import annotations
 
@@ -22,6 +27,8 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass
+from typing import Callable
+from urllib.parse import quote
 
 import aiohttp
 
@@ -49,15 +56,22 @@ class BindRequest:
 @dataclass(frozen=True)
 class BindResult:
     request: BindRequest
-    ok: bool
+    ok: bool  # the pod is bound to request.node (known, not guessed)
     error: str = ""
     seconds: float = 0.0
+    verified: bool = False  # the outcome was learnt by reading the pod back
+
+
+VERIFY_BACKOFF_MAX_SECONDS = 5.0
 
 
 class Binder:
     def __init__(self, kube: Kube, parallelism: int = 32, retries: int = 3):
         self.kube = kube
         self.retries = retries
+        # Asked while an outcome is being read back: False once the watch
+        # has settled the pod anyway (bound, or gone), so reading stops.
+        self.still_unsettled: Callable[[str], bool] = lambda uid: True
         self._slots = asyncio.Semaphore(parallelism)
         self._in_flight = 0
         self._idle = asyncio.Event()
@@ -87,6 +101,7 @@ class Binder:
     async def _bind_one(self, req: BindRequest) -> BindResult:
         annotations = {constants.GPU_IDS_ANNOTATION: ",".join(map(str, req.gpu_ids))} if req.gpu_ids else None
         delay, error = 0.1, ""
+        doubt = False  # an earlier try may have been committed without our hearing of it
         async with self._slots:
             started = time.monotonic()
             for attempt in range(self.retries + 1):
@@ -101,7 +116,44 @@ class Binder:
                 except ApiError as exc:
                     error = str(exc)
                     if exc.status in FINAL_STATUSES:
+                        if exc.conflict:  # "already bound": by a try of ours that timed out?
+                            doubt = True
                         break
+                    doubt = True  # a 5xx or 429 may come after the write was committed
                 except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
                     error = repr(exc)
-            return BindResult(req, False, error, time.monotonic() - started)
+                    doubt = True
+            if not doubt:
+                return BindResult(req, False, error, time.monotonic() - started)
+        # Outside the slot: reading back must not hold up other bindings.
+        bound, why = await self._read_back(req)
+        return BindResult(req, bound, "" if bound else f"{error}; {why}", time.monotonic() - started, verified=True)
+
+    async def _read_back(self, req: BindRequest) -> tuple[bool, str]:
+        """Whether the pod is bound to req.node, from the API server itself,
+        asked until it answers (or the watch has settled it meanwhile)."""
+        path = f"/api/v1/namespaces/{quote(req.namespace)}/pods/{quote(req.name)}"
+        delay = 0.2
+        while True:
+            if not self.still_unsettled(req.uid):
+                return True, "settled by the watch"
+            try:
+                pod = await self.kube.request("GET", path, timeout=10)
+            except ApiError as exc:
+                if exc.not_found:
+                    return False, "the pod is gone"
+                why = str(exc)
+            except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+                why = repr(exc)
+            else:
+                meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+                if meta.get("uid") != req.uid:
+                    return False, "the pod was replaced"
+                node = spec.get("nodeName") or ""
+                if node == req.node:
+                    return True, ""
+                return False, f"the pod is bound to {node}" if node else "the pod is not bound"
+            log.warning("reading back pod %s/%s after an unclear binding failed (%s); again in %.1fs",
+                        req.namespace, req.name, why, delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, VERIFY_BACKOFF_MAX_SECONDS)

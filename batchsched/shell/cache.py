@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import time
 from typing import Callable, Iterable, Mapping
 
 import aiohttp
@@ -95,8 +94,14 @@ class ClusterCache:
         self.groups: dict[str, GroupSpec] = {}
         self.invalid_groups: dict[str, str] = {}
         self.priority_classes: dict[str, int] = {}
-        # uid -> (node, gpu ids, deadline): bound by us, not yet seen bound
-        self.assumed: dict[str, tuple[str, tuple[int, ...], float]] = {}
+        # uid -> (node, gpu ids): bound by us (or being bound), not yet seen
+        # bound by the watch.  Never expires: only the watch, the pod's end
+        # or a binder that learnt the binding failed ends an assumption.
+        self.assumed: dict[str, tuple[str, tuple[int, ...]]] = {}
+        # uid -> GPU ids of the bound pods whose binding this scheduler made
+        # or witnessed (see _trusted): the only GPU ids it believes.
+        self.witnessed: dict[str, tuple[int, ...]] = {}
+        self.pods_listed = False  # the first pod list is in: later arrivals are judged by what was seen
         self.touched_gangs: set[str] = set()
         self.capacity_freed = False
         self.changed = asyncio.Event()
@@ -128,13 +133,42 @@ class ClusterCache:
             log.warning("ignoring pod %s/%s: %s", meta.get("namespace"), meta.get("name"), exc)
             self.on_bad_object("Pod", obj, str(exc))
             return None
+        pod = self._trusted(pod)
         assumed = self.assumed.get(pod.uid)
         if assumed:
             if pod.node_name or pod.terminal:
                 del self.assumed[pod.uid]  # confirmed (or finished): stop assuming
             else:
-                pod = dataclasses.replace(pod, node_name=assumed[0], gpu_ids=assumed[1])
+                pod = dataclasses.replace(pod, node_name=assumed[0], gpu_ids=assumed[1], bound_by_scheduler=True)
         return pod
+
+    def _trusted(self, pod: PodInfo) -> PodInfo:
+        """The pod with the GPU ids this scheduler believes, and whether it bound it.
+
+        The gpu-ids annotation is tenant-writable, and a tenant can create a
+        pod already bound (spec.nodeName).  So ids are believed only for a
+        binding this scheduler made (an assumption the watch now confirms),
+        saw happen (the pod was unbound, now it is bound: only pods/binding
+        does that), or found at its first list after a start (nothing else
+        to go by then; docs/binding.md).  Once believed, they stay what they
+        were: editing or removing the annotation later changes nothing.
+        Every other pod's GPUs count by number only.
+        """
+        if not pod.node_name or pod.scheduler_name != self.scheduler_name:
+            self.witnessed.pop(pod.uid, None)
+            return dataclasses.replace(pod, gpu_ids=()) if pod.gpu_ids else pod
+        ids = self.witnessed.get(pod.uid)
+        if ids is None:
+            assumed = self.assumed.get(pod.uid)
+            before = self.pods.get(pod.uid)
+            if assumed is not None and assumed[0] == pod.node_name:
+                ids = assumed[1]  # ours: the API copied them from our Binding
+            elif (before is not None and not before.node_name) or not self.pods_listed:
+                ids = pod.gpu_ids
+            else:
+                return dataclasses.replace(pod, gpu_ids=()) if pod.gpu_ids else pod
+            self.witnessed[pod.uid] = ids
+        return dataclasses.replace(pod, gpu_ids=ids, bound_by_scheduler=True)
 
     def _replace_pods(self, items: list[dict]) -> None:
         listed = {}
@@ -143,20 +177,27 @@ class ClusterCache:
             if pod:
                 listed[pod.uid] = pod
         for uid in [uid for uid in self.pods if uid not in listed]:
+            self._drop_pod_records(uid)
             if self.state.remove_pod(uid).holds_resources:
                 self.capacity_freed = True
         for pod in listed.values():
             self.state.put_pod(pod)
         for pod in self.pods.values():
             self.touched_gangs.add(pod.gang_key)
+        self.pods_listed = True
         self._notify()
+
+    def _drop_pod_records(self, uid: str) -> None:
+        """The pod is gone: nothing about its binding is worth keeping."""
+        self.assumed.pop(uid, None)
+        self.witnessed.pop(uid, None)
 
     def _apply_pod(self, event_type: str, obj: dict) -> None:
         uid = (obj.get("metadata") or {}).get("uid", "")
         old = self.pods.get(uid)
         if event_type == "DELETED":
             self.state.remove_pod(uid)
-            self.assumed.pop(uid, None)
+            self._drop_pod_records(uid)
             if old:
                 self.capacity_freed |= old.holds_resources
                 self.touched_gangs.add(old.gang_key)
@@ -276,32 +317,28 @@ class ClusterCache:
 
     # ---- assumptions ----------------------------------------------------------
 
-    def assume(self, uid: str, node: str, gpu_ids: tuple[int, ...], timeout: float) -> None:
+    def assume(self, uid: str, node: str, gpu_ids: tuple[int, ...]) -> None:
         pod = self.pods.get(uid)
         if pod is None:
             return
-        self.assumed[uid] = (node, gpu_ids, time.monotonic() + timeout)
-        self.state.put_pod(dataclasses.replace(pod, node_name=node, gpu_ids=gpu_ids))
+        self.assumed[uid] = (node, gpu_ids)
+        self.state.put_pod(dataclasses.replace(pod, node_name=node, gpu_ids=gpu_ids, bound_by_scheduler=True))
 
     def forget(self, uid: str) -> None:
-        """A binding failed: the pod is unbound again (unless the API says otherwise)."""
+        """The binding is known not to have happened: the pod is unbound again.
+
+        Only the binder calls this, after a refusal or after reading the pod
+        back (an ambiguous outcome is never guessed at).  Its room frees for
+        others; the gang itself is not touched, so it keeps the backoff the
+        shell gives it for the refusal.
+        """
         if self.assumed.pop(uid, None) is None:
             return
         pod = self.pods.get(uid)
-        if pod is not None:
-            self.state.put_pod(dataclasses.replace(pod, node_name="", gpu_ids=()))
-            self.touched_gangs.add(pod.gang_key)
+        if pod is not None and not pod.terminal:
+            self.state.put_pod(dataclasses.replace(pod, node_name="", gpu_ids=(), bound_by_scheduler=False))
         self.capacity_freed = True
         self._notify()
-
-    def expire_assumptions(self) -> list[str]:
-        """Forget bindings never confirmed by the watch in time; returns their uids."""
-        now = time.monotonic()
-        stale = [uid for uid, (_, _, deadline) in self.assumed.items() if deadline < now]
-        for uid in stale:
-            log.warning("binding of pod uid %s not confirmed in time; forgetting it", uid)
-            self.forget(uid)
-        return stale
 
     # ---- the cycle's view ------------------------------------------------------
 

@@ -16,7 +16,7 @@ import time
 from urllib.parse import quote
 
 from batchsched.config import PreemptionConfig
-from batchsched.core.cycle import Eviction, Nomination
+from batchsched.core.cycle import Eviction, GangReset, Nomination
 from batchsched.core.model import PodInfo
 from batchsched.core.preemption.policy import PreemptionState
 from batchsched.shell.cache import ClusterCache
@@ -104,10 +104,27 @@ class Evictor:
                              f"Evicted {len(victims)} pod(s) to make room: "
                              + ", ".join(sorted(p.key for p in victims)[:10]))
 
-    async def _evict(self, pod: PodInfo, dry_run: bool) -> str:
-        """"" on success, else why it was refused."""
+    async def start_over(self, reset: GangReset) -> None:
+        """Evict the bound members of a gang left partly bound too long
+        (always through the Eviction API: PodDisruptionBudgets hold).  A
+        refused eviction is tried again when the timeout next expires."""
+        group = self.cache.groups_raw.get(reset.gang_key)
+        log.warning(reset.message)
+        if group is not None:
+            self.events.emit(group_ref(group), "Warning", "PartialGangTimeout", reset.message)
+        results = await asyncio.gather(*(self._evict(p, dry_run=False, mode="Evict") for p in reset.pods))
+        for pod, why in zip(reset.pods, results):
+            if why:
+                log.warning("evicting %s to start gang %s over failed: %s", pod.key, reset.gang_key, why)
+            else:
+                self.events.emit(pod_ref(pod.namespace, pod.name, pod.uid), "Normal", "PartialGangTimeout",
+                                 f"Evicted: gang {reset.gang_key} stayed partly bound too long and starts over")
+
+    async def _evict(self, pod: PodInfo, dry_run: bool, mode: str | None = None) -> str:
+        """"" on success, else why it was refused.  ``mode``: Evict or Delete
+        (default: the configured one)."""
         try:
-            if self.config.mode == "Delete":
+            if (mode or self.config.mode) == "Delete":
                 if not dry_run:
                     await self.kube.request(
                         "DELETE", f"/api/v1/namespaces/{quote(pod.namespace)}/pods/{quote(pod.name)}",

@@ -47,6 +47,7 @@ class Scheduler:
         self.cache = ClusterCache(config.scheduler_name, config.node_selector)
         self.queue = GangQueue.from_config(self.core_config)
         self.binder = Binder(kube, config.binding.parallelism, config.binding.retries)
+        self.binder.still_unsettled = lambda uid: uid in self.cache.assumed
         self.status = StatusWriter(kube, config.status_min_interval_seconds, self.binder.wait_idle)
         self.events = EventRecorder(kube, config.scheduler_name, wait_for_bindings=self.binder.wait_idle)
         self.preemption_policy = config.preemption.policy()
@@ -111,8 +112,6 @@ class Scheduler:
         retry_at = self.queue.next_retry_at()
         if retry_at is not None:
             timeout = min(timeout, max(0.0, retry_at - time.time()))
-        if self.cache.assumed:
-            timeout = min(timeout, self.config.binding.assume_timeout_seconds)
         # asyncio.timeout, not wait_for: on 3.11 wait_for can lose a
         # cancellation that arrives as the event is set, and the loop would
         # then outlive SIGTERM (seen under load).
@@ -143,7 +142,6 @@ class Scheduler:
             verdict = self.verdicts.get(key)
             if verdict is not None and verdict.reason == REASON_SCHEDULE_TIMEOUT:
                 self.start_times.pop(key, None)  # a changed gang gets a fresh clock
-        self.cache.expire_assumptions()
         now = time.time()
         snapshot = self.cache.snapshot(now)
         for key, since in self.start_times.items():
@@ -151,6 +149,8 @@ class Scheduler:
                 self.queue.set_waiting_since(key, parse_time(since))
         plan = schedule_cycle(snapshot, self.queue, self.core_config, self.preemption_policy,
                               self.evictor.state())
+        for reset in plan.resets:
+            self._spawn(self.evictor.start_over(reset))
         if plan.evictions or plan.nominations:
             for task in self.evictor.carry_out(plan.evictions, plan.nominations):
                 self._track(task)
@@ -163,7 +163,7 @@ class Scheduler:
                         for b in plan.bindings]
             eligible_since = self._quorum_eligible_since(plan, snapshot)  # before assuming changes it
             for r in requests:
-                self.cache.assume(r.uid, r.node, r.gpu_ids, self.config.binding.assume_timeout_seconds)
+                self.cache.assume(r.uid, r.node, r.gpu_ids)
             self._spawn(self._bind(requests, eligible_since))
         self._count_attempts(plan)
         self._report(plan, touched)
@@ -205,6 +205,10 @@ class Scheduler:
         finished = time.time()
         for key, outcomes in by_gang.items():
             bound = [r.request.name for r in outcomes if r.ok]
+            if bound:
+                self.queue.record_bound(key)
+            if len(bound) < len(outcomes):
+                self.queue.record_bind_refused(key, finished)  # refused or gone: not for want of room
             log.info("bound %d of %d pod(s)", len(bound), len(outcomes), extra=decision(key, bound))
             if key in eligible_since and len(bound) == len(outcomes):
                 self.metrics.gang_e2e_duration.observe(finished - eligible_since[key])

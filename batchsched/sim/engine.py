@@ -119,7 +119,7 @@ class SimCluster:
                                   f"{sorted(gpu_ids)}, not all of them free")
         self._take(node_name, pod.requests, ids, sign=1)
         pod = dataclasses.replace(pod, node_name=node_name, gpu_ids=tuple(sorted(gpu_ids)),
-                                  phase="Running", started=to_unix(now))
+                                  phase="Running", started=to_unix(now), bound_by_scheduler=True)
         self.state.put_pod(pod)
         self.pending.discard(uid)
         self.touched.add(pod.gang_key)

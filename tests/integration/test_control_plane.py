@@ -174,3 +174,33 @@ def test_binder_reports_a_final_refusal_without_retrying_and_binds_the_rest(env)
     assert good.ok and env.bound()["good"] == node
     assert not stale.ok and stale.error.startswith("409") and stale.seconds < 0.1  # no backoff slept
     assert "replaced" not in env.bound()
+
+
+def test_a_conflict_after_a_lost_answer_is_settled_by_reading_the_pod_back(env):
+    """A bind whose answer was lost may have been committed: the retry then
+    gets 409.  The binder reads the pod back instead of calling it unbound
+    (which would free its room and GPU ids for a second pod)."""
+    from batchsched.shell.binder import Binder, BindRequest
+
+    node, other = env.add_node("n1"), env.add_node("n2")
+    for name in ("committed", "elsewhere"):
+        env.create(pod(name, env.namespace, cpu="1"))
+    pods = env.pods()
+    # the first try of each "landed" before the binder heard of it
+    for name, target in (("committed", node), ("elsewhere", other)):
+        env.kube.create(f"/api/v1/namespaces/{env.namespace}/pods/{name}/binding",
+                        {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": name},
+                         "target": {"apiVersion": "v1", "kind": "Node", "name": target}})
+
+    async def scenario():
+        k = await Kube.connect(env.kubeconfig)
+        try:
+            return await Binder(k, parallelism=4, retries=0).bind_all([
+                BindRequest(pods["committed"]["metadata"]["uid"], env.namespace, "committed", node, "g"),
+                BindRequest(pods["elsewhere"]["metadata"]["uid"], env.namespace, "elsewhere", node, "g")])
+        finally:
+            await k.close()
+
+    committed, elsewhere = run(scenario())
+    assert committed.ok and committed.verified
+    assert not elsewhere.ok and elsewhere.verified and f"bound to {other}" in elsewhere.error

@@ -24,7 +24,7 @@ def cache():
 
 def test_an_assumed_binding_survives_a_relist_that_does_not_show_it_yet(cache):
     cache._replace_pods([pod_json("p", "u1")])
-    cache.assume("u1", "node-a", (0, 1), timeout=30)
+    cache.assume("u1", "node-a", (0, 1))
     cache._replace_pods([pod_json("p", "u1")])  # e.g. after 410 Gone, from a lagging list
     assert cache.pods["u1"].node_name == "node-a"
     assert cache.pods["u1"].gpu_ids == (0, 1)
@@ -33,27 +33,79 @@ def test_an_assumed_binding_survives_a_relist_that_does_not_show_it_yet(cache):
 
 def test_the_watch_confirming_a_binding_ends_the_assumption(cache):
     cache._replace_pods([pod_json("p", "u1")])
-    cache.assume("u1", "node-a", (), timeout=30)
+    cache.assume("u1", "node-a", ())
     cache._apply_pod("MODIFIED", pod_json("p", "u1", node="node-a"))
     assert "u1" not in cache.assumed
     assert cache.pods["u1"].node_name == "node-a"
 
 
-def test_a_failed_binding_is_forgotten_and_frees_capacity(cache):
+def test_a_failed_binding_is_forgotten_and_frees_capacity_without_touching_the_gang(cache):
+    # The gang keeps the backoff the refusal earns it: touching it would
+    # clear that and re-plan it at once, binding after binding.
     cache._replace_pods([pod_json("p", "u1", group="g")])
     cache.drain_changes()
-    cache.assume("u1", "node-a", (), timeout=30)
+    cache.assume("u1", "node-a", ())
     cache.forget("u1")
     assert cache.pods["u1"].node_name == ""
     touched, freed = cache.drain_changes()
-    assert touched == {"ns/g"} and freed
+    assert touched == set() and freed
 
 
-def test_unconfirmed_assumptions_expire(cache):
+def test_an_assumption_never_expires_on_its_own(cache):
+    # kubernetes#106361: an assumption dropped before the watch shows the
+    # binding hands the same room (and GPU ids) to a second pod.
     cache._replace_pods([pod_json("p", "u1")])
-    cache.assume("u1", "node-a", (), timeout=-1)
-    assert cache.expire_assumptions() == ["u1"]
-    assert cache.pods["u1"].node_name == ""
+    cache.assume("u1", "node-a", (0, 1))
+    assert not hasattr(cache, "expire_assumptions")
+    cache._replace_pods([pod_json("p", "u1")])
+    assert cache.pods["u1"].node_name == "node-a" and cache.pods["u1"].gpu_ids == (0, 1)
+
+
+def test_a_deleted_or_unlisted_pod_ends_its_assumption(cache):
+    cache._replace_pods([pod_json("p", "u1"), pod_json("q", "u2")])
+    cache.assume("u1", "node-a", ())
+    cache.assume("u2", "node-a", ())
+    cache._apply_pod("DELETED", pod_json("p", "u1"))
+    cache._replace_pods([])
+    assert cache.assumed == {}
+
+
+def gpu_pod(name, uid, node="", ids=""):
+    obj = pod_json(name, uid, node=node, phase="Running" if node else "Pending")
+    if ids:
+        obj["metadata"]["annotations"] = {"scheduling.batchsched.io/gpu-ids": ids}
+    return obj
+
+
+def test_gpu_ids_are_believed_only_for_bindings_made_or_seen(cache):
+    cache._replace_pods([gpu_pod("listed", "u0", node="n", ids="0,1"), gpu_pod("ours", "u1"),
+                         gpu_pod("seen", "u2")])
+    # found at the first list: believed (nothing else to go by after a start)
+    assert cache.pods["u0"].gpu_ids == (0, 1) and cache.pods["u0"].bound_by_scheduler
+    # bound by us: the ids we chose, whatever the annotation the watch brings
+    cache.assume("u1", "n", (2, 3))
+    cache._apply_pod("MODIFIED", gpu_pod("ours", "u1", node="n", ids="6,7"))
+    assert cache.pods["u1"].gpu_ids == (2, 3) and cache.pods["u1"].bound_by_scheduler
+    # seen going from unbound to bound (only pods/binding does that)
+    cache._apply_pod("MODIFIED", gpu_pod("seen", "u2", node="n", ids="4,5"))
+    assert cache.pods["u2"].gpu_ids == (4, 5) and cache.pods["u2"].bound_by_scheduler
+    # created already bound by a tenant: its GPUs count by number only
+    cache._apply_pod("ADDED", gpu_pod("forged", "u3", node="n", ids="6,7"))
+    assert cache.pods["u3"].gpu_ids == () and not cache.pods["u3"].bound_by_scheduler
+    assert cache.pods["u3"].requests["nvidia.com/gpu"] == 2
+
+
+def test_editing_or_removing_the_annotation_does_not_move_or_free_gpus(cache):
+    cache._replace_pods([gpu_pod("p", "u1")])
+    cache.assume("u1", "n", (0, 1))
+    cache._apply_pod("MODIFIED", gpu_pod("p", "u1", node="n", ids="0,1"))
+    cache._apply_pod("MODIFIED", gpu_pod("p", "u1", node="n"))  # annotation removed
+    assert cache.pods["u1"].gpu_ids == (0, 1)
+    cache._apply_pod("MODIFIED", gpu_pod("p", "u1", node="n", ids="4,5"))  # rewritten
+    assert cache.pods["u1"].gpu_ids == (0, 1)
+    # and a relist (which relearns nothing) keeps it
+    cache._replace_pods([gpu_pod("p", "u1", node="n", ids="4,5")])
+    assert cache.pods["u1"].gpu_ids == (0, 1)
 
 
 def test_a_pod_that_finishes_frees_capacity_and_touches_its_gang(cache):

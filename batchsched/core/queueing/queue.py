@@ -1,9 +1,11 @@
 """The gang queue: order, backoff, schedule timeouts and the reservation.
 
 Order
-    A partially bound gang (some members bound, quorum not yet complete,
-    e.g. after a binding failed mid-gang) comes first, so its remainder is
-    placed before anyone takes the room; then gangs by priority (highest
+    A partially bound gang (some members bound by this scheduler, quorum
+    not yet complete, e.g. after a binding failed mid-gang) comes first, so
+    its remainder is placed before anyone takes the room; members bound by
+    anyone else (a pod created with spec.nodeName) give no such precedence.
+    Then gangs by priority (highest
     first), creation time (oldest first) and key.  Every gang whose backoff has expired is tried in each
     cycle, so a gang that does not fit never blocks the gangs behind it.
 
@@ -13,6 +15,16 @@ Backoff
     when the gang is placed, when its membership or spec changes (``touch``,
     also detected by ``sync`` from the gang's signature), and for every gang
     when capacity frees up (``capacity_freed``).
+
+    A binding the API refused (an admission webhook, a quota) backs the gang
+    off on its own clock (``record_bind_refused``), doubling the same way;
+    freed capacity does not clear it (it was not for want of room), a bound
+    pod of the gang or a change to the gang does.
+
+Partial gangs
+    The queue notes since when each gang has been partially bound
+    (``partial_expired``): one that stays so for the configured timeout is
+    started over by the cycle (batchsched.core.cycle).
 
 Schedule timeout
     A gang's waiting clock starts when it enters the queue (it is eligible:
@@ -56,9 +68,12 @@ class _Entry:
     created: float
     signature: Hashable
     waiting_since: float | None  # None: restart the clock at the next sync
-    partial: bool = False  # some members bound, quorum incomplete
+    partial: bool = False  # some members bound by us, quorum incomplete
+    partial_since: float | None = None
     failures: int = 0
     retry_at: float = 0.0
+    bind_failures: int = 0  # bindings refused in a row
+    bind_retry_at: float = 0.0
     timed_out: bool = False
     hopeless: bool = False
 
@@ -83,6 +98,7 @@ class GangQueue:
         self._order: SortedList = SortedList()  # of _OrderKey
         self._waiting_hints: dict[str, float] = {}
         self._reservation: Reservation | None = None
+        self._partial: set[str] = set()  # keys of partially bound gangs
 
     @classmethod
     def from_config(cls, config: CoreConfig) -> GangQueue:
@@ -108,7 +124,7 @@ class GangQueue:
         present = set()
         for gang in gangs:
             self.upsert(gang.key, gang.priority, gang.created, now, gang.signature,
-                        partial=bool(gang.bound_active) and gang.need > 0)
+                        partial=gang.need > 0 and any(p.bound_by_scheduler for p in gang.bound_active))
             present.add(gang.key)
         for key in [k for k in self._entries if k not in present]:
             self.remove(key)
@@ -121,6 +137,7 @@ class GangQueue:
             since = min(now, self._waiting_hints.pop(key, now))
             entry = self._entries[key] = _Entry(key, priority, created, signature, since, partial=partial)
             self._order.add(entry.order)
+            self._note_partial(entry, now)
             return
         if (priority, created, partial) != (entry.priority, entry.created, entry.partial):
             self._order.remove(entry.order)
@@ -131,11 +148,21 @@ class GangQueue:
             self.touch(key)
         if entry.waiting_since is None:
             entry.waiting_since = now
+        self._note_partial(entry, now)
+
+    def _note_partial(self, entry: _Entry, now: float) -> None:
+        if not entry.partial:
+            entry.partial_since = None
+            self._partial.discard(entry.key)
+        elif entry.partial_since is None:
+            entry.partial_since = now
+            self._partial.add(entry.key)
 
     def remove(self, key: str) -> None:
         entry = self._entries.pop(key, None)
         if entry is not None:
             self._order.remove(entry.order)
+            self._partial.discard(key)
             self._release_if_held_by(key)
 
     def ordered(self) -> Iterator[str]:
@@ -166,6 +193,8 @@ class GangQueue:
             return
         entry.failures = 0
         entry.retry_at = 0.0
+        entry.bind_failures = 0
+        entry.bind_retry_at = 0.0
         entry.hopeless = False
         if entry.timed_out:
             entry.timed_out = False
@@ -191,7 +220,8 @@ class GangQueue:
 
     def ready(self, gang_key: str, now: float) -> bool:
         entry = self._entries.get(gang_key)
-        return entry is not None and not entry.timed_out and now >= entry.retry_at
+        return (entry is not None and not entry.timed_out and now >= entry.retry_at
+                and now >= entry.bind_retry_at)
 
     def record_failure(self, gang_key: str, now: float) -> float:
         """Back the gang off; returns the backoff in seconds."""
@@ -200,6 +230,29 @@ class GangQueue:
         delay = min(self.initial_backoff * 2 ** (entry.failures - 1), self.max_backoff)
         entry.retry_at = now + delay
         return delay
+
+    def record_bind_refused(self, gang_key: str, now: float) -> None:
+        """The API refused a binding of the gang: back it off on its own clock."""
+        entry = self._entries.get(gang_key)
+        if entry is not None:
+            entry.bind_failures += 1
+            entry.bind_retry_at = now + min(self.initial_backoff * 2 ** (entry.bind_failures - 1),
+                                            self.max_backoff)
+
+    def record_bound(self, gang_key: str) -> None:
+        """A binding of the gang went through: refusals are behind it."""
+        entry = self._entries.get(gang_key)
+        if entry is not None:
+            entry.bind_failures = 0
+            entry.bind_retry_at = 0.0
+
+    def partial_expired(self, now: float, timeout: float) -> list[str]:
+        """Gangs partially bound for longer than ``timeout``, in key order;
+        their clocks restart (a start-over is not repeated every cycle)."""
+        expired = sorted(k for k in self._partial if now - self._entries[k].partial_since > timeout)
+        for key in expired:
+            self._entries[key].partial_since = now
+        return expired
 
     def record_success(self, gang_key: str) -> None:
         entry = self._entries.get(gang_key)
@@ -211,7 +264,8 @@ class GangQueue:
     def next_retry_at(self) -> float | None:
         """When the earliest backed-off gang becomes ready (for the shell's
         next wake-up); None when no gang is backing off."""
-        times = [e.retry_at for e in self._entries.values() if e.retry_at and not e.timed_out]
+        times = [max(e.retry_at, e.bind_retry_at) for e in self._entries.values()
+                 if (e.retry_at or e.bind_retry_at) and not e.timed_out]
         return min(times, default=None)
 
     # -- schedule timeout ---------------------------------------------------

@@ -1,0 +1,80 @@
+"""Partly bound gangs: who may claim precedence, refused bindings back off,
+and a gang left partly bound too long starts over (issue 11, points 4 and 8)."""
+from dataclasses import replace
+
+from batchsched.core.config import CoreConfig
+from batchsched.core.cycle import REASON_PARTIAL_TIMEOUT, schedule_cycle
+from batchsched.core.queueing.queue import GangQueue
+from tests.unit.helpers import gang_pods, group, node, snapshot
+
+CONFIG = CoreConfig(initial_backoff=1, max_backoff=60, reservation_after_seconds=600, partial_gang_timeout=300)
+
+
+def partly_bound(name: str, bound: int, size: int, by_us: bool, **kwargs):
+    pods = gang_pods(name, size, cpu=1, **kwargs)
+    return [replace(p, node_name="n0", phase="Running", bound_by_scheduler=by_us) if i < bound else p
+            for i, p in enumerate(pods)]
+
+
+def first_tried(pods, groups) -> str:
+    queue = GangQueue.from_config(CONFIG)
+    # one node with room for one pod: the first gang in queue order takes it
+    plan = schedule_cycle(snapshot([node("n0", cpu="4"), node("n1", cpu="1")], pods, groups), queue, CONFIG)
+    return next(iter(b.gang_key for b in plan.bindings))
+
+
+def test_only_members_this_scheduler_bound_give_a_gang_precedence():
+    groups = [group("old", min_member=2, created=0), group("tenant", min_member=2, created=10)]
+    waiting = gang_pods("old", 2, cpu=1)
+    # a tenant creates one member already bound (spec.nodeName): no precedence
+    forged = partly_bound("tenant", 1, 2, by_us=False, created=10)
+    assert first_tried(waiting + forged, groups) == "default/old"
+    # a member we bound (a refused binding left the gang partial): first in line
+    ours = partly_bound("tenant", 1, 2, by_us=True, created=10)
+    assert first_tried(waiting + ours, groups) == "default/tenant"
+
+
+def test_a_refused_binding_backs_the_gang_off_and_freed_capacity_does_not_clear_it():
+    queue = GangQueue.from_config(CONFIG)
+    queue.upsert("ns/g", 0, 0.0, now=0.0)
+    queue.record_success("ns/g")  # planned fine...
+    queue.record_bind_refused("ns/g", now=100.0)  # ...but the API refused a binding
+    assert not queue.ready("ns/g", 100.5) and queue.ready("ns/g", 101.0)
+    queue.record_bind_refused("ns/g", now=101.0)
+    queue.record_bind_refused("ns/g", now=103.0)
+    assert not queue.ready("ns/g", 106.9) and queue.ready("ns/g", 107.0)  # 1, 2, 4 s
+    queue.capacity_freed()  # a pod ended elsewhere: no reason to hammer the webhook again
+    assert not queue.ready("ns/g", 106.9)
+    assert queue.next_retry_at() == 107.0
+    queue.record_bound("ns/g")  # a binding went through
+    assert queue.ready("ns/g", 103.5)
+
+
+def test_a_gang_partly_bound_too_long_starts_over():
+    groups = [group("g", min_member=3)]
+    pods = partly_bound("g", 2, 3, by_us=True)
+    cluster = [node("n0", cpu="2")]  # full: the third member never fits
+    queue = GangQueue.from_config(CONFIG)
+    plan = schedule_cycle(snapshot(cluster, pods, groups, now=0), queue, CONFIG)
+    assert not plan.resets and plan.verdicts["default/g"].reason == "Unschedulable"
+    plan = schedule_cycle(snapshot(cluster, pods, groups, now=299), queue, CONFIG)
+    assert not plan.resets
+    plan = schedule_cycle(snapshot(cluster, pods, groups, now=301), queue, CONFIG)
+    assert [r.gang_key for r in plan.resets] == ["default/g"]
+    assert sorted(p.name for p in plan.resets[0].pods) == ["g-0", "g-1"]
+    verdict = plan.verdicts["default/g"]
+    assert verdict.reason == REASON_PARTIAL_TIMEOUT and "2/3" in verdict.message
+    # not every cycle: the clock restarts with the start-over
+    plan = schedule_cycle(snapshot(cluster, pods, groups, now=302), queue, CONFIG)
+    assert not plan.resets
+
+
+def test_a_gang_that_completes_or_loses_its_bound_members_is_no_longer_partial():
+    groups = [group("g", min_member=3)]
+    queue = GangQueue.from_config(CONFIG)
+    cluster = [node("n0", cpu="2")]
+    schedule_cycle(snapshot(cluster, partly_bound("g", 2, 3, by_us=True), groups, now=0), queue, CONFIG)
+    # its bound members end (evicted): nothing bound, the clock stops
+    schedule_cycle(snapshot(cluster, gang_pods("g", 3, cpu=1), groups, now=200), queue, CONFIG)
+    plan = schedule_cycle(snapshot(cluster, partly_bound("g", 2, 3, by_us=True), groups, now=400), queue, CONFIG)
+    assert not plan.resets  # partial again only since 400
