@@ -35,6 +35,7 @@ class VictimSelector(_Strict):
     priority_class_names: list[str] = Field(default_factory=list, alias="priorityClassNames")
     min_runtime_seconds: float = Field(0.0, alias="minRuntimeSeconds", ge=0)
     gangs: Literal["whole", "never"] = "whole"
+    opt_out_namespaces: list[str] = Field(default_factory=list, alias="optOutNamespaces")
 
 
 class PreemptorSelector(_Strict):
@@ -61,6 +62,7 @@ class PreemptionConfig(_Strict):
             victim_priority_classes=frozenset(self.victims.priority_class_names),
             min_runtime_seconds=self.victims.min_runtime_seconds,
             gang_victims=self.victims.gangs,
+            opt_out_namespaces=frozenset(self.victims.opt_out_namespaces),
             preemptor_min_priority=self.preemptors.min_priority,
             preemptor_priority_classes=frozenset(self.preemptors.priority_class_names),
             max_victims_per_cycle=self.max_victims_per_cycle,

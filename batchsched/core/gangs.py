@@ -120,6 +120,16 @@ def build_gangs(snapshot: Snapshot) -> dict[str, Gang]:
     return dict(GangIndex(snapshot))
 
 
+def effective_priority(spec: GroupSpec, members: list[PodInfo]) -> int:
+    """What the gang queues and preempts at: its most important member's
+    priority, which the API server's Priority admission set on the pod, or
+    the PodGroup's priorityClassName when that is lower.  A PodGroup is
+    tenant-written: naming system-cluster-critical there never lifts a gang
+    above what its pods were admitted with."""
+    admitted = max(p.priority for p in members)
+    return admitted if spec.priority is None else min(spec.priority, admitted)
+
+
 def _gang(key: str, members: list[PodInfo], snapshot: Snapshot) -> Gang:
     members.sort(key=lambda p: (p.created, p.name, p.uid))
     first = members[0]
@@ -139,8 +149,7 @@ def _gang(key: str, members: list[PodInfo], snapshot: Snapshot) -> Gang:
     return Gang(
         key=key,
         spec=spec,
-        # A group's own priority wins when set; otherwise its most important member's.
-        priority=spec.priority if spec.priority is not None else max(p.priority for p in members),
+        priority=effective_priority(spec, members),
         members=tuple(members),
         pending=tuple(p for p in unbound if not p.gated),
         bound_active=tuple(p for p in members if p.holds_resources and not p.terminating),

@@ -51,14 +51,14 @@ def test_missing_and_invalid_groups_are_problems():
     assert not missing.eligible and not bad.eligible
 
 
-def test_priority_is_the_groups_when_set_else_the_highest_members():
+def test_priority_is_the_highest_members_lowered_by_the_groups_when_set():
     pods = gang_pods("set", 2, priority=3) + gang_pods("zero", 1, priority=5) + [
         pod("u1", group="unset", priority=2), pod("u2", group="unset", priority=9),
         pod("m", group="missing", priority=4)]
     groups = [group("set", priority=100), group("zero", priority=0), group("unset")]
     gangs = build_gangs(snapshot(NODES, pods, groups))
-    assert gangs["default/set"].priority == 100
-    assert gangs["default/zero"].priority == 0  # set explicitly, even to 0
+    assert gangs["default/set"].priority == 3  # a PodGroup never lifts a gang above its pods
+    assert gangs["default/zero"].priority == 0  # but may lower it, even to 0
     assert gangs["default/unset"].priority == 9
     assert gangs["default/missing"].priority == 4
 

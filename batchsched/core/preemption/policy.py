@@ -20,6 +20,9 @@ class PreemptionPolicy:
     victim_priority_classes: frozenset[str] = frozenset()  # empty: any class
     min_runtime_seconds: float = 0.0
     gang_victims: str = GANG_VICTIMS_WHOLE
+    # Where the preemptible: "false" annotation (tenant-written) is honoured:
+    # these namespaces, "*" for all; empty: nowhere.
+    opt_out_namespaces: frozenset[str] = frozenset()
     # preemptors
     preemptor_min_priority: int | None = None
     preemptor_priority_classes: frozenset[str] = frozenset()  # non-empty: only these classes
@@ -37,17 +40,22 @@ class PreemptionPolicy:
         if self.preemptor_min_priority is not None and priority < self.preemptor_min_priority:
             return f"its priority {priority} is below the preemptors' minimum {self.preemptor_min_priority}"
         if self.preemptor_priority_classes:
-            classes = {spec.priority_class} | {p.priority_class for p in members}
+            # the pods' classes, which admission checked, not the PodGroup's (tenant-written)
+            classes = {p.priority_class for p in members}
             if not classes & self.preemptor_priority_classes:
                 return "its PriorityClass is not one that may preempt"
         return ""
+
+    def honours_opt_out(self, namespace: str) -> bool:
+        return "*" in self.opt_out_namespaces or namespace in self.opt_out_namespaces
 
     def may_be_victim(self, pod: PodInfo, preemptor_priority: int, now: float,
                       group: GroupSpec | None = None) -> bool:
         """Pod-level rules; gang-level ones (whole or not at all) are in plan.py."""
         if not pod.holds_resources or pod.terminating or pod.priority >= preemptor_priority:
             return False
-        if not pod.preemptible or (group is not None and not group.preemptible):
+        opted_out = not pod.preemptible or (group is not None and not group.preemptible)
+        if opted_out and self.honours_opt_out(pod.namespace):
             return False
         if self.victim_namespaces and pod.namespace not in self.victim_namespaces:
             return False
