@@ -94,6 +94,9 @@ def schedule_cycle(snapshot: Snapshot, queue: GangQueue, config: CoreConfig = Co
     for gang in gangs.pending():  # gangs with nothing to place (or only gated pods) wait
         if gang.problem is not None:
             plan.verdicts[gang.key] = Verdict(False, gang.problem.reason, gang.problem.message)
+        elif not gang.eligible and gang.key in queue.started_over:
+            plan.verdicts[gang.key] = Verdict(False, REASON_PARTIAL_TIMEOUT, (
+                f"{queue.started_over[gang.key]} Waiting for its pods: {_quorum_message(gang)}."))
         elif not gang.eligible:
             plan.verdicts[gang.key] = Verdict(False, REASON_QUORUM_NOT_REACHED, _quorum_message(gang))
         else:
@@ -168,6 +171,7 @@ def _start_over_partial_gangs(gangs: Mapping[str, Gang], queue: GangQueue, now: 
                    "member(s) are evicted so that it starts over when its pods return.")
         plan.resets.append(GangReset(key, gang.bound_active, message))
         plan.verdicts[key] = Verdict(False, REASON_PARTIAL_TIMEOUT, message)
+        queue.started_over[key] = message
         keys.add(key)
     return keys
 

@@ -170,6 +170,7 @@ class Scheduler:
         return plan
 
     def _forget_gang(self, key: str) -> None:
+        self.queue.forget(key)
         self.verdicts.pop(key, None)
         self.start_times.pop(key, None)
         self.status.forget(key)

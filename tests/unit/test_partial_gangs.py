@@ -78,3 +78,19 @@ def test_a_gang_that_completes_or_loses_its_bound_members_is_no_longer_partial()
     schedule_cycle(snapshot(cluster, gang_pods("g", 3, cpu=1), groups, now=200), queue, CONFIG)
     plan = schedule_cycle(snapshot(cluster, partly_bound("g", 2, 3, by_us=True), groups, now=400), queue, CONFIG)
     assert not plan.resets  # partial again only since 400
+
+
+def test_a_started_over_gang_keeps_saying_why_until_it_is_placed():
+    groups = [group("g", min_member=3)]
+    queue = GangQueue.from_config(CONFIG)
+    cluster = [node("n0", cpu="2")]
+    schedule_cycle(snapshot(cluster, partly_bound("g", 2, 3, by_us=True), groups, now=0), queue, CONFIG)
+    schedule_cycle(snapshot(cluster, partly_bound("g", 2, 3, by_us=True), groups, now=301), queue, CONFIG)
+    # its bound members are gone, the third waits for them to come back
+    plan = schedule_cycle(snapshot(cluster, gang_pods("g", 3, cpu=1)[2:], groups, now=302), queue, CONFIG)
+    verdict = plan.verdicts["default/g"]
+    assert verdict.reason == REASON_PARTIAL_TIMEOUT
+    assert "stayed partly bound" in verdict.message and "1/3 members exist" in verdict.message
+    # back, and room for all: placed, and the story ends
+    plan = schedule_cycle(snapshot([node("n0", cpu="3")], gang_pods("g", 3, cpu=1), groups, now=303), queue, CONFIG)
+    assert plan.verdicts["default/g"].scheduled and "default/g" not in queue.started_over

@@ -99,6 +99,9 @@ class GangQueue:
         self._waiting_hints: dict[str, float] = {}
         self._reservation: Reservation | None = None
         self._partial: set[str] = set()  # keys of partially bound gangs
+        # gang key -> why it was started over; kept until it is placed again
+        # (or forgotten), so its verdict keeps saying so while its pods return
+        self.started_over: dict[str, str] = {}
 
     @classmethod
     def from_config(cls, config: CoreConfig) -> GangQueue:
@@ -254,7 +257,13 @@ class GangQueue:
             self._entries[key].partial_since = now
         return expired
 
+    def forget(self, gang_key: str) -> None:
+        """The gang is gone for good."""
+        self.remove(gang_key)
+        self.started_over.pop(gang_key, None)
+
     def record_success(self, gang_key: str) -> None:
+        self.started_over.pop(gang_key, None)
         entry = self._entries.get(gang_key)
         if entry is not None:
             entry.failures = 0

@@ -1,0 +1,94 @@
+"""A gang whose binding the API refuses persistently (issue 11, point 8).
+
+A ValidatingAdmissionPolicy refuses the pods/binding of one member, as an
+admission webhook or a quota would.  The refused binding backs off instead
+of being retried every cycle, and once the gang has been partly bound for
+binding.partialGangTimeoutSeconds its bound members are evicted through the
+Eviction API; when its pods return (the policy lifted), the gang binds whole.
+"""
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+
+from tests.integration.test_gang_scheduling import condition, make_gang, members_bound
+from tests.support.kube import wait_for
+from tests.support.objects import pod
+
+pytestmark = pytest.mark.e2e
+
+
+def refuse_binding_of(env, pod_name: str) -> str:
+    name = f"refuse-{env.id}"
+    env.add_cluster_object({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": name},
+        "spec": {"failurePolicy": "Fail",
+                 "matchConstraints": {"resourceRules": [{
+                     "apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+                     "resources": ["pods/binding"]}]},
+                 "validations": [{"expression": f"object.metadata.name != '{pod_name}'",
+                                  "message": f"binding of {pod_name} refused by policy"}]}})
+    env.add_cluster_object({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": name},
+        "spec": {"policyName": name, "validationActions": ["Deny"],
+                 "matchResources": {"namespaceSelector": {"matchLabels": {
+                     "kubernetes.io/metadata.name": env.namespace}}}}})
+    return name
+
+
+def bind_errors(proc) -> float:
+    status, body = proc.get("/metrics")
+    match = re.search(r"^batchsched_bind_errors_total (\S+)$", body, re.M) if status == 200 else None
+    return float(match.group(1)) if match else 0.0
+
+
+def test_a_refused_member_backs_off_and_the_partial_gang_starts_over(env, start_scheduler):
+    env.add_node("n1", gpus=8)
+    policy = refuse_binding_of(env, "g-3")
+    # The policy takes effect once the API server has loaded it: wait until a
+    # probe binding is refused, so the gang meets it for sure.
+    env.create(pod("g-3", env.namespace, cpu="1"))
+    probe = f"/api/v1/namespaces/{env.namespace}/pods/g-3/binding"
+    body = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "g-3"},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": env.nodes[0]}}
+
+    def refused() -> bool:
+        try:
+            env.kube.create(probe, body)
+        except Exception as exc:  # noqa: BLE001 - any refusal will do
+            return "refused by policy" in str(exc)
+        raise AssertionError("the probe pod was bound: the policy is not in force")
+    wait_for("the admission policy in force", refused, timeout=30)
+    env.kube.delete(f"/api/v1/namespaces/{env.namespace}/pods/g-3", gracePeriodSeconds=0)
+    wait_for("probe pod gone", lambda: "g-3" not in env.pods())
+
+    make_gang(env, "g", 4, cpu="1", gpus=1, scheduler="batchsched")
+    proc = start_scheduler(binding={"partialGangTimeoutSeconds": 8, "retries": 0},
+                           queue={"initialBackoffSeconds": 1, "maxBackoffSeconds": 4})
+    wait_for("three members bound", lambda: members_bound(env, "g-") == ["g-0", "g-1", "g-2"], timeout=30)
+    started = time.monotonic()
+    errors_then = bind_errors(proc)
+    wait_for("the partial gang started over", lambda: (
+        condition(env.podgroup("g"), "Unschedulable").get("reason") == "PartialGangTimeout"), timeout=30)
+    waited = time.monotonic() - started
+    attempts = bind_errors(proc) - errors_then
+    # backing off 1, 2, 4, 4, ... s: a handful of tries, not ~100 a second
+    assert 1 <= attempts <= waited / 0.9 + 2, f"{attempts} refused bindings in {waited:.1f}s"
+    message = condition(env.podgroup("g"), "Unschedulable")["message"]
+    assert "3/4" in message and "evicted" in message
+    wait_for("bound members evicted", lambda: not any(n in env.pods() for n in ("g-0", "g-1", "g-2")), timeout=30)
+    events = env.kube.get(f"/api/v1/namespaces/{env.namespace}/events")["items"]
+    assert any(e["reason"] == "PartialGangTimeout" and e["involvedObject"]["name"] == "g" for e in events)
+    assert members_bound(env, "g-") == []  # nothing left half-bound
+
+    # the admission policy lifted and the pods back (as their Job would make them): bound whole
+    for path in list(env.cluster_objects):
+        if policy in path:
+            env.kube.delete(path)
+    for i in range(3):
+        env.create(pod(f"g-{i}", env.namespace, group="g", cpu="1", gpus=1, scheduler="batchsched"))
+    wait_for("the gang bound whole", lambda: members_bound(env, "g-") == [f"g-{i}" for i in range(4)], timeout=40)
