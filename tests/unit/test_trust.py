@@ -40,3 +40,20 @@ def test_the_opt_out_annotation_is_honoured_only_where_configured():
     assert not PreemptionPolicy(opt_out_namespaces=frozenset({"team-a"})).may_be_victim(opted_out, 100, 0.0)
     assert PreemptionPolicy(opt_out_namespaces=frozenset({"team-b"})).may_be_victim(opted_out, 100, 0.0)
     assert not PreemptionPolicy(opt_out_namespaces=frozenset({"*"})).may_be_victim(opted_out, 100, 0.0)
+
+
+def test_victims_are_judged_by_their_gangs_effective_priority():
+    from batchsched.core.preemption.plan import victim_units
+    from batchsched.core.preemption.policy import PreemptionState
+    # pods admitted at 500, their PodGroup lowers the gang to 50: a gang at 100 may preempt it
+    running = [replace_running(p) for p in gang_pods("low", 2, gpu=4, priority=500)]
+    preemptor = gang_pods("p", 1, gpu=8, priority=100)
+    snap = snapshot([node("n", gpu=8)], running + preemptor, [group("low", min_member=2, priority=50), group("p")])
+    gangs = GangIndex(snap)
+    units = victim_units(snap, gangs, gangs["default/p"], PreemptionPolicy(), PreemptionState())
+    assert [u.key for u in units] == ["gang:default/low"]
+
+
+def replace_running(p):
+    from dataclasses import replace
+    return replace(p, node_name="n", phase="Running")

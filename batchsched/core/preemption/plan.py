@@ -86,7 +86,7 @@ def victim_units(snapshot: Snapshot, gangs: Mapping[str, Gang], preemptor: Gang,
             continue
         gang = gangs.get(pod.gang_key) if pod.scheduler_name == snapshot.scheduler_name else None
         group = gang.spec if gang is not None and not gang.implicit else None
-        if not policy.may_be_victim(pod, preemptor.priority, now, group):
+        if not policy.may_be_victim(pod, preemptor.priority, now, group, gang.priority if gang else None):
             continue
         if group is not None and group.min_member > 1:
             by_gang.setdefault(pod.gang_key, []).append(pod)

@@ -50,9 +50,11 @@ class PreemptionPolicy:
         return "*" in self.opt_out_namespaces or namespace in self.opt_out_namespaces
 
     def may_be_victim(self, pod: PodInfo, preemptor_priority: int, now: float,
-                      group: GroupSpec | None = None) -> bool:
-        """Pod-level rules; gang-level ones (whole or not at all) are in plan.py."""
-        if not pod.holds_resources or pod.terminating or pod.priority >= preemptor_priority:
+                      group: GroupSpec | None = None, priority: int | None = None) -> bool:
+        """Pod-level rules; gang-level ones (whole or not at all) are in plan.py.
+        ``priority``: the pod's gang's effective priority, when it is in one of ours."""
+        priority = pod.priority if priority is None else priority
+        if not pod.holds_resources or pod.terminating or priority >= preemptor_priority:
             return False
         opted_out = not pod.preemptible or (group is not None and not group.preemptible)
         if opted_out and self.honours_opt_out(pod.namespace):

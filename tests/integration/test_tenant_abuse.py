@@ -1,0 +1,114 @@
+"""A tenant with a namespace-scoped ServiceAccount tries every trick of
+issue 11, point 4; none buys it more than its pods were admitted with.
+
+The tenant acts through its own token (RBAC: anything namespaced in its
+namespace, nothing else), exactly as a user of a shared cluster would.
+"""
+from __future__ import annotations
+
+import pytest
+
+from batchsched.api.constants import GPU_IDS_ANNOTATION, PREEMPTIBLE_ANNOTATION
+from tests.integration.test_gang_scheduling import condition, make_gang, members_bound
+from tests.support.kube import TestKube, object_collection_path, wait_for
+from tests.support.kubectl import service_account_kubeconfig
+from tests.support.objects import pod, pod_group, priority_class
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture
+def tenant(env, kube, kubeconfig, tmp_path) -> TestKube:
+    """A client acting as a tenant: may do anything namespaced in env's namespace."""
+    env.create({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "tenant"}})
+    env.create({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "tenant"},
+                "rules": [{"apiGroups": ["", "scheduling.batchsched.io", "policy", "apps", "batch"],
+                           "resources": ["*"], "verbs": ["*"]}]})
+    env.create({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                "metadata": {"name": "tenant"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "tenant"},
+                "subjects": [{"kind": "ServiceAccount", "name": "tenant", "namespace": env.namespace}]})
+    client = TestKube(service_account_kubeconfig(kube, kubeconfig, env.namespace, "tenant",
+                                                 tmp_path / "tenant-kubeconfig"))
+    wait_for("the tenant's RBAC in force", lambda: client.pods(env.namespace) is not None)
+    return client
+
+
+def as_tenant(tenant: TestKube, env, obj: dict) -> dict:
+    obj.setdefault("metadata", {})["namespace"] = env.namespace
+    return tenant.create(object_collection_path(obj), obj)
+
+
+def test_naming_a_system_priority_class_on_the_podgroup_buys_nothing(env, tenant, start_scheduler):
+    training = f"training-{env.id}"
+    env.add_cluster_object(priority_class(training, 1000))
+    env.add_node("gpu0", gpus=8)
+    # the tenant's gang is older and its PodGroup claims system-cluster-critical...
+    as_tenant(tenant, env, pod_group("greedy", env.namespace, 2, priorityClassName="system-cluster-critical"))
+    for i in range(2):
+        as_tenant(tenant, env, pod(f"greedy-{i}", env.namespace, group="greedy", gpus=4, cpu="1"))
+    # ...but its pods were admitted at priority 0; these at 1000
+    env.create(pod_group("honest", env.namespace, 2))
+    for i in range(2):
+        env.create(pod(f"honest-{i}", env.namespace, group="honest", gpus=4, cpu="1", priority_class=training))
+    start_scheduler()
+    wait_for("the honest gang bound", lambda: members_bound(env, "honest-") == ["honest-0", "honest-1"])
+    wait_for("the greedy gang refused", lambda: condition(env.podgroup("greedy"), "Scheduled").get("reason")
+             == "Unschedulable")
+    assert members_bound(env, "greedy-") == []
+
+
+def test_a_member_created_already_bound_gives_no_precedence(env, tenant, start_scheduler):
+    node = env.add_node("gpu0", gpus=4)
+    env.create(pod_group("fair", env.namespace, 3))  # the older gang
+    for i in range(3):
+        env.create(pod(f"fair-{i}", env.namespace, group="fair", gpus=1, cpu="1"))
+    as_tenant(tenant, env, pod_group("forged", env.namespace, 2))
+    placed = pod("forged-0", env.namespace, group="forged", gpus=1, cpu="1")
+    placed["spec"]["nodeName"] = node  # "partly bound": the queue must not believe it
+    as_tenant(tenant, env, placed)
+    as_tenant(tenant, env, pod("forged-1", env.namespace, group="forged", gpus=1, cpu="1"))
+    start_scheduler()
+    wait_for("the older gang bound", lambda: members_bound(env, "fair-") == ["fair-0", "fair-1", "fair-2"])
+    wait_for("the forger refused", lambda: condition(env.podgroup("forged"), "Scheduled").get("reason")
+             == "Unschedulable")
+    assert "forged-1" not in env.bound()
+
+
+def ids_of(env, name: str) -> set[int]:
+    text = (env.pods()[name]["metadata"].get("annotations") or {}).get(GPU_IDS_ANNOTATION, "")
+    return {int(i) for i in text.split(",") if i}
+
+
+@pytest.mark.parametrize("edit", ["claim-the-others", "remove"])
+def test_editing_the_gpu_ids_annotation_moves_and_frees_nothing(env, tenant, start_scheduler, edit):
+    env.add_node("gpu0", gpus=4)
+    as_tenant(tenant, env, pod("first", env.namespace, gpus=2, cpu="1"))
+    start_scheduler()
+    wait_for("first bound", lambda: "first" in env.bound())
+    held = ids_of(env, "first")
+    assert len(held) == 2
+    wait_for("first running", lambda: env.pods()["first"]["status"].get("phase") == "Running")
+    others = set(range(4)) - held
+    value = ",".join(map(str, sorted(others))) if edit == "claim-the-others" else None
+    tenant.merge_patch(f"/api/v1/namespaces/{env.namespace}/pods/first",
+                       {"metadata": {"annotations": {GPU_IDS_ANNOTATION: value}}})
+    as_tenant(tenant, env, pod("second", env.namespace, gpus=2, cpu="1"))
+    wait_for("second bound", lambda: "second" in env.bound())
+    assert ids_of(env, "second") == others, "the scheduler believed the edited annotation"
+
+
+def test_the_preemptible_opt_out_is_ignored_unless_the_config_trusts_the_namespace(env, tenant, start_scheduler):
+    low, high = f"low-{env.id}", f"high-{env.id}"
+    env.add_cluster_object(priority_class(low, 100))
+    env.add_cluster_object(priority_class(high, 1000))
+    node = env.add_node("gpu0", gpus=8)
+    squatter = pod("squatter", env.namespace, gpus=8, cpu="1", priority_class=low, scheduler="default-scheduler")
+    squatter["spec"]["nodeName"] = node
+    squatter["metadata"]["annotations"] = {PREEMPTIBLE_ANNOTATION: "false"}
+    as_tenant(tenant, env, squatter)
+    wait_for("squatter running", lambda: env.pods()["squatter"]["status"].get("phase") == "Running")
+    make_gang(env, "train", 1, group_spec={"priorityClassName": high}, gpus=8, cpu="1", priority_class=high)
+    start_scheduler(preemption={"enabled": True, "nodeCooldownSeconds": 0})
+    wait_for("the gang bound after evicting the squatter", lambda: members_bound(env, "train-") == ["train-0"],
+             timeout=60)
