@@ -50,21 +50,22 @@ def test_a_refused_member_backs_off_and_the_partial_gang_starts_over(env, start_
     env.add_node("n1", gpus=8)
     policy = refuse_binding_of(env, "g-3")
     # The policy takes effect once the API server has loaded it: wait until a
-    # probe binding is refused, so the gang meets it for sure.
-    env.create(pod("g-3", env.namespace, cpu="1"))
-    probe = f"/api/v1/namespaces/{env.namespace}/pods/g-3/binding"
+    # probe binding of a pod of that name is refused, so the gang meets it for sure.
     body = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "g-3"},
             "target": {"apiVersion": "v1", "kind": "Node", "name": env.nodes[0]}}
+    path = f"/api/v1/namespaces/{env.namespace}/pods/g-3"
 
     def refused() -> bool:
+        env.create(pod("g-3", env.namespace, cpu="1", scheduler="nobody"))
         try:
-            env.kube.create(probe, body)
+            env.kube.create(path + "/binding", body)
         except Exception as exc:  # noqa: BLE001 - any refusal will do
             return "refused by policy" in str(exc)
-        raise AssertionError("the probe pod was bound: the policy is not in force")
-    wait_for("the admission policy in force", refused, timeout=30)
-    env.kube.delete(f"/api/v1/namespaces/{env.namespace}/pods/g-3", gracePeriodSeconds=0)
-    wait_for("probe pod gone", lambda: "g-3" not in env.pods())
+        finally:
+            env.kube.delete(path, gracePeriodSeconds=0)
+            wait_for("probe pod gone", lambda: "g-3" not in env.pods())
+        return False
+    wait_for("the admission policy in force", refused, timeout=30, interval=0.5)
 
     make_gang(env, "g", 4, cpu="1", gpus=1, scheduler="batchsched")
     proc = start_scheduler(binding={"partialGangTimeoutSeconds": 8, "retries": 0},

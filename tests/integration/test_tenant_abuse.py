@@ -59,19 +59,25 @@ def test_naming_a_system_priority_class_on_the_podgroup_buys_nothing(env, tenant
 
 
 def test_a_member_created_already_bound_gives_no_precedence(env, tenant, start_scheduler):
+    # The node is cordoned while everything arrives, then opened: both gangs
+    # wait in the same cycle, and only queue order decides who gets the room.
     node = env.add_node("gpu0", gpus=4)
+    env.kube.merge_patch(f"/api/v1/nodes/{node}", {"spec": {"unschedulable": True}})
+    proc = start_scheduler()
+    wait_for("the scheduler's first list done", lambda: proc.get("/readyz")[0] == 200)
+    placed = pod("forged-0", env.namespace, group="forged", gpus=1, cpu="1")
+    placed["spec"]["nodeName"] = node  # "partly bound": the queue must not believe it
+    as_tenant(tenant, env, placed)
     env.create(pod_group("fair", env.namespace, 3))  # the older gang
     for i in range(3):
         env.create(pod(f"fair-{i}", env.namespace, group="fair", gpus=1, cpu="1"))
     as_tenant(tenant, env, pod_group("forged", env.namespace, 2))
-    placed = pod("forged-0", env.namespace, group="forged", gpus=1, cpu="1")
-    placed["spec"]["nodeName"] = node  # "partly bound": the queue must not believe it
-    as_tenant(tenant, env, placed)
     as_tenant(tenant, env, pod("forged-1", env.namespace, group="forged", gpus=1, cpu="1"))
-    start_scheduler()
+    for name in ("fair", "forged"):
+        wait_for(f"{name} waiting", lambda: condition(env.podgroup(name), "Scheduled").get("reason")
+                 == "Unschedulable")
+    env.kube.merge_patch(f"/api/v1/nodes/{node}", {"spec": {"unschedulable": False}})
     wait_for("the older gang bound", lambda: members_bound(env, "fair-") == ["fair-0", "fair-1", "fair-2"])
-    wait_for("the forger refused", lambda: condition(env.podgroup("forged"), "Scheduled").get("reason")
-             == "Unschedulable")
     assert "forged-1" not in env.bound()
 
 

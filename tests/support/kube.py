@@ -76,16 +76,29 @@ class TestKube:
         return self.get(f"/api/v1/namespaces/{namespace}/pods", **query)["items"]
 
 
+CLUSTER_SCOPED = frozenset({"Node", "Namespace", "PriorityClass", "CustomResourceDefinition", "ClusterRole",
+                            "ClusterRoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
+                            "MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding", "DeviceClass",
+                            "ResourceSlice"})
+
+
+def plural_of(kind: str) -> str:
+    """The resource name the API serves a kind under (the regular English plurals it uses)."""
+    lower = kind.lower()
+    if lower.endswith("y"):
+        return lower[:-1] + "ies"
+    if lower.endswith("ss"):
+        return lower + "es"
+    return lower + "s"
+
+
 def object_collection_path(obj: Mapping[str, Any]) -> str:
     api_version, kind = obj["apiVersion"], obj["kind"]
-    plural = {"CustomResourceDefinition": "customresourcedefinitions", "PriorityClass": "priorityclasses",
-              "PodGroup": "podgroups", "Namespace": "namespaces", "Node": "nodes", "Pod": "pods",
-              "PodDisruptionBudget": "poddisruptionbudgets"}[kind]
     base = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
     namespace = obj.get("metadata", {}).get("namespace")
-    if namespace and kind not in ("Node", "Namespace", "PriorityClass", "CustomResourceDefinition"):
-        return f"{base}/namespaces/{namespace}/{plural}"
-    return f"{base}/{plural}"
+    if namespace and kind not in CLUSTER_SCOPED:
+        return f"{base}/namespaces/{namespace}/{plural_of(kind)}"
+    return f"{base}/{plural_of(kind)}"
 
 
 def wait_for(what: str, predicate: Callable[[], Any], timeout: float = 30.0, interval: float = 0.1) -> Any:

@@ -5,7 +5,7 @@ from dataclasses import replace
 from batchsched.core.config import CoreConfig
 from batchsched.core.cycle import REASON_PARTIAL_TIMEOUT, schedule_cycle
 from batchsched.core.queueing.queue import GangQueue
-from tests.unit.helpers import gang_pods, group, node, snapshot
+from tests.unit.helpers import T0, gang_pods, group, node, snapshot
 
 CONFIG = CoreConfig(initial_backoff=1, max_backoff=60, reservation_after_seconds=600, partial_gang_timeout=300)
 
@@ -94,3 +94,23 @@ def test_a_started_over_gang_keeps_saying_why_until_it_is_placed():
     # back, and room for all: placed, and the story ends
     plan = schedule_cycle(snapshot([node("n0", cpu="3")], gang_pods("g", 3, cpu=1), groups, now=303), queue, CONFIG)
     assert plan.verdicts["default/g"].scheduled and "default/g" not in queue.started_over
+
+
+def test_refusals_and_the_partial_clock_outlive_the_gang_leaving_the_queue_while_bindings_fly():
+    # While its remaining members' bindings are in flight (assumed), a gang
+    # has no pending pod and leaves the queue; when a refusal brings the pod
+    # back, neither its backoff nor its partial clock may start from scratch.
+    groups = [group("g", min_member=3)]
+    queue = GangQueue.from_config(CONFIG)
+    cluster = [node("n0", cpu="3")]
+    partial = partly_bound("g", 2, 3, by_us=True)
+    all_assumed = [replace(p, node_name="n0", bound_by_scheduler=True) for p in partial]
+    schedule_cycle(snapshot(cluster, partial, groups, now=0), queue, CONFIG)
+    for t in range(1, 320, 10):
+        schedule_cycle(snapshot(cluster, all_assumed, groups, now=t), queue, CONFIG)  # in flight
+        queue.record_bind_refused("default/g", now=T0 + t + 1)  # refused
+        plan = schedule_cycle(snapshot(cluster, partial, groups, now=t + 1.5), queue, CONFIG)
+        assert not plan.bindings, f"retried at once at {t + 1.5}"
+        if plan.resets:
+            break
+    assert plan.resets and 300 < t + 1.5 <= 320

@@ -18,13 +18,18 @@ Backoff
 
     A binding the API refused (an admission webhook, a quota) backs the gang
     off on its own clock (``record_bind_refused``), doubling the same way;
-    freed capacity does not clear it (it was not for want of room), a bound
-    pod of the gang or a change to the gang does.
+    neither freed capacity nor a change to the gang clears it (it was not
+    for want of room, and the gang's own pods change as they start), only a
+    binding of the gang that goes through.  It is kept by gang, not by
+    queue entry: a gang leaves the queue while its bindings are in flight.
 
 Partial gangs
     The queue notes since when each gang has been partially bound
     (``partial_expired``): one that stays so for the configured timeout is
-    started over by the cycle (batchsched.core.cycle).
+    started over by the cycle (batchsched.core.cycle).  The clock, too, is
+    kept by gang and survives the gang's leaving the queue while bindings
+    are in flight; it stops when the queue sees the gang whole or unbound,
+    or a binding of it goes through.
 
 Schedule timeout
     A gang's waiting clock starts when it enters the queue (it is eligible:
@@ -69,11 +74,8 @@ class _Entry:
     signature: Hashable
     waiting_since: float | None  # None: restart the clock at the next sync
     partial: bool = False  # some members bound by us, quorum incomplete
-    partial_since: float | None = None
     failures: int = 0
     retry_at: float = 0.0
-    bind_failures: int = 0  # bindings refused in a row
-    bind_retry_at: float = 0.0
     timed_out: bool = False
     hopeless: bool = False
 
@@ -98,7 +100,8 @@ class GangQueue:
         self._order: SortedList = SortedList()  # of _OrderKey
         self._waiting_hints: dict[str, float] = {}
         self._reservation: Reservation | None = None
-        self._partial: set[str] = set()  # keys of partially bound gangs
+        self._partial_since: dict[str, float] = {}  # gang key -> partially bound since
+        self._bind_refusals: dict[str, tuple[int, float]] = {}  # gang key -> (refusals in a row, retry at)
         # gang key -> why it was started over; kept until it is placed again
         # (or forgotten), so its verdict keeps saying so while its pods return
         self.started_over: dict[str, str] = {}
@@ -154,18 +157,15 @@ class GangQueue:
         self._note_partial(entry, now)
 
     def _note_partial(self, entry: _Entry, now: float) -> None:
-        if not entry.partial:
-            entry.partial_since = None
-            self._partial.discard(entry.key)
-        elif entry.partial_since is None:
-            entry.partial_since = now
-            self._partial.add(entry.key)
+        if entry.partial:
+            self._partial_since.setdefault(entry.key, now)
+        else:
+            self._partial_since.pop(entry.key, None)
 
     def remove(self, key: str) -> None:
         entry = self._entries.pop(key, None)
         if entry is not None:
             self._order.remove(entry.order)
-            self._partial.discard(key)
             self._release_if_held_by(key)
 
     def ordered(self) -> Iterator[str]:
@@ -196,8 +196,6 @@ class GangQueue:
             return
         entry.failures = 0
         entry.retry_at = 0.0
-        entry.bind_failures = 0
-        entry.bind_retry_at = 0.0
         entry.hopeless = False
         if entry.timed_out:
             entry.timed_out = False
@@ -224,7 +222,7 @@ class GangQueue:
     def ready(self, gang_key: str, now: float) -> bool:
         entry = self._entries.get(gang_key)
         return (entry is not None and not entry.timed_out and now >= entry.retry_at
-                and now >= entry.bind_retry_at)
+                and now >= self._bind_refusals.get(gang_key, (0, 0.0))[1])
 
     def record_failure(self, gang_key: str, now: float) -> float:
         """Back the gang off; returns the backoff in seconds."""
@@ -236,31 +234,31 @@ class GangQueue:
 
     def record_bind_refused(self, gang_key: str, now: float) -> None:
         """The API refused a binding of the gang: back it off on its own clock."""
-        entry = self._entries.get(gang_key)
-        if entry is not None:
-            entry.bind_failures += 1
-            entry.bind_retry_at = now + min(self.initial_backoff * 2 ** (entry.bind_failures - 1),
-                                            self.max_backoff)
+        refusals = self._bind_refusals.get(gang_key, (0, 0.0))[0] + 1
+        self._bind_refusals[gang_key] = (refusals, now + min(self.initial_backoff * 2 ** (refusals - 1),
+                                                             self.max_backoff))
 
     def record_bound(self, gang_key: str) -> None:
-        """A binding of the gang went through: refusals are behind it."""
-        entry = self._entries.get(gang_key)
-        if entry is not None:
-            entry.bind_failures = 0
-            entry.bind_retry_at = 0.0
+        """A binding of the gang went through: refusals are behind it, and
+        so is any partial state it was in (the queue sees it anew)."""
+        self._bind_refusals.pop(gang_key, None)
+        self._partial_since.pop(gang_key, None)
 
     def partial_expired(self, now: float, timeout: float) -> list[str]:
         """Gangs partially bound for longer than ``timeout``, in key order;
         their clocks restart (a start-over is not repeated every cycle)."""
-        expired = sorted(k for k in self._partial if now - self._entries[k].partial_since > timeout)
+        expired = sorted(k for k, since in self._partial_since.items()
+                         if now - since > timeout and k in self._entries)
         for key in expired:
-            self._entries[key].partial_since = now
+            self._partial_since[key] = now
         return expired
 
     def forget(self, gang_key: str) -> None:
         """The gang is gone for good."""
         self.remove(gang_key)
         self.started_over.pop(gang_key, None)
+        self._partial_since.pop(gang_key, None)
+        self._bind_refusals.pop(gang_key, None)
 
     def record_success(self, gang_key: str) -> None:
         self.started_over.pop(gang_key, None)
@@ -273,8 +271,8 @@ class GangQueue:
     def next_retry_at(self) -> float | None:
         """When the earliest backed-off gang becomes ready (for the shell's
         next wake-up); None when no gang is backing off."""
-        times = [max(e.retry_at, e.bind_retry_at) for e in self._entries.values()
-                 if (e.retry_at or e.bind_retry_at) and not e.timed_out]
+        times = [max(e.retry_at, self._bind_refusals.get(e.key, (0, 0.0))[1]) for e in self._entries.values()
+                 if (e.retry_at or e.key in self._bind_refusals) and not e.timed_out]
         return min(times, default=None)
 
     # -- schedule timeout ---------------------------------------------------
