@@ -86,7 +86,8 @@ class Evictor:
         for nom in nominations:
             await self._set_nomination(nom.pod, nom.node_name)
         refused = await self._evict_for_real(gang, victims)
-        evicted = [p for p in victims if p.uid not in {r.uid for r, _ in refused}]
+        still_there = {p.uid for p, _ in refused}
+        evicted = [p for p in victims if p.uid not in still_there]
         group = self.cache.groups_raw.get(gang)
         if group is not None and evicted:
             self.events.emit(group_ref(group), "Normal", "Preempting",
@@ -119,11 +120,13 @@ class Evictor:
                 self.events.emit(pod_ref(pod.namespace, pod.name, pod.uid), "Normal", "Preempted",
                                  f"Preempted by gang {gang} (priority above {pod.priority}) to make room on "
                                  f"{pod.node_name}")
+            refused = [(p, why) for p, why in refused if p.uid in self.cache.pods]  # deleted meanwhile: gone
             if not refused or now >= deadline:
                 return refused
+            wait = min(delay, deadline - now)
             log.warning("eviction of %s for gang %s refused (%s); trying again in %.1fs",
-                        ", ".join(p.key for p, _ in refused[:5]), gang, refused[0][1], delay)
-            await asyncio.sleep(min(delay, deadline - now))
+                        ", ".join(p.key for p, _ in refused[:5]), gang, refused[0][1], wait)
+            await asyncio.sleep(wait)
             delay = min(delay * 2, RETRY_MAX_DELAY_SECONDS)
             trying = [p for p, _ in refused]
 
