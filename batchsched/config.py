@@ -51,6 +51,7 @@ class PreemptionConfig(_Strict):
     node_cooldown_seconds: float = Field(30.0, alias="nodeCooldownSeconds", ge=0)
     nomination_timeout_seconds: float = Field(120.0, alias="nominationTimeoutSeconds", gt=0)
     refusal_backoff_seconds: float = Field(60.0, alias="refusalBackoffSeconds", gt=0)
+    eviction_retry_seconds: float = Field(30.0, alias="evictionRetrySeconds", ge=0)
     # Evict (PodDisruptionBudgets hold) or Delete (they do not: only when explicitly chosen).
     mode: Literal["Evict", "Delete"] = "Evict"
 

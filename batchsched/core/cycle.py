@@ -194,7 +194,8 @@ def _preempt(snapshot: Snapshot, gangs: Mapping[str, Gang], gang: Gang, policy: 
              off_limits: Collection[str], evicting: set[str], plan: CyclePlan) -> str:
     """Plan evictions for ``gang``; returns the sentence its verdict gets."""
     outcome = plan_preemption(snapshot, gangs, gang, policy, state, capacity.free, capacity.node_filter,
-                              going, capacity.rooms, off_limits, evicting)
+                              going, capacity.rooms, off_limits, evicting,
+                              budget=policy.max_victims_per_cycle - len(evicting))
     if isinstance(outcome, NoPreemption):
         return outcome.message
     evicting.update(p.uid for p in outcome.victims)

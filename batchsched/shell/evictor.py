@@ -5,7 +5,12 @@ is refused (429 from a PodDisruptionBudget, say), nothing is evicted, the
 refusal is remembered for ``refusalBackoffSeconds`` so the next cycle picks
 another victim set or explains why it waits.  Otherwise the preemptor's pods
 get ``status.nominatedNodeName`` (the room is theirs: the core holds it for
-them) and the victims are evicted for real.  Nominations that have not led
+them) and the victims are evicted for real.  A dry run judges each victim
+alone, so a real eviction can still be refused (a budget of one, two
+victims): refused ones are tried again with backoff for up to
+``evictionRetrySeconds`` (a victim gang partly evicted is below minMember
+until the rest go); what is still refused then is called off like a refused
+dry run, and the preemptor is planned again.  Nominations that have not led
 to a binding within ``nominationTimeoutSeconds`` are cleared.
 """
 from __future__ import annotations
@@ -24,6 +29,10 @@ from batchsched.shell.kube import ApiError, Kube
 from batchsched.shell.status import EventRecorder, group_ref, pod_ref
 
 log = logging.getLogger(__name__)
+
+# Backoff between tries of a refused real eviction (evictionRetrySeconds bounds them all).
+RETRY_FIRST_DELAY_SECONDS = 0.5
+RETRY_MAX_DELAY_SECONDS = 5.0
 
 
 class Evictor:
@@ -70,39 +79,97 @@ class Evictor:
     async def _preempt(self, gang: str, victims: list[PodInfo], nominations: list[Nomination]) -> None:
         refusals = await asyncio.gather(*(self._evict(p, dry_run=True) for p in victims))
         refused = [(p, why) for p, why in zip(victims, refusals) if why]
-        group = self.cache.groups_raw.get(gang)
         if refused:
-            until = time.monotonic() + self.config.refusal_backoff_seconds
-            for pod, why in refused:
-                self.refused[pod.uid] = (why, until)
-            self.victims_by_gang.pop(gang, None)
-            for nom in nominations:
-                await self._set_nomination(nom.pod, "")
-            message = (f"Preemption for gang {gang} called off: eviction of "
-                       + "; ".join(f"{p.key} refused ({why})" for p, why in refused[:5]))
-            log.info(message)
-            if group is not None:
-                self.events.emit(group_ref(group), "Warning", "PreemptionBlocked", message)
-            self.cache.changed.set()
+            await self._call_off(gang, refused, nominations, "PreemptionBlocked",
+                                 f"Preemption for gang {gang} called off: eviction of ")
             return
         for nom in nominations:
             await self._set_nomination(nom.pod, nom.node_name)
-        now = time.monotonic()
-        results = await asyncio.gather(*(self._evict(p, dry_run=False) for p in victims))
-        for pod, why in zip(victims, results):
-            if why:
-                log.warning("eviction of %s for gang %s failed: %s", pod.key, gang, why)
-                continue
-            self.evicted_total += 1
-            self.node_evicted_at[pod.node_name] = now
-            self.on_victim(pod, gang)
-            self.events.emit(pod_ref(pod.namespace, pod.name, pod.uid), "Normal", "Preempted",
-                             f"Preempted by gang {gang} (priority above {pod.priority}) to make room on "
-                             f"{pod.node_name}")
-        if group is not None and victims:
+        refused = await self._evict_for_real(gang, victims)
+        still_there = {p.uid for p, _ in refused}
+        evicted = [p for p in victims if p.uid not in still_there]
+        group = self.cache.groups_raw.get(gang)
+        if group is not None and evicted:
             self.events.emit(group_ref(group), "Normal", "Preempting",
-                             f"Evicted {len(victims)} pod(s) to make room: "
-                             + ", ".join(sorted(p.key for p in victims)[:10]))
+                             f"Evicted {len(evicted)} pod(s) to make room: "
+                             + ", ".join(sorted(p.key for p in evicted)[:10]))
+        if refused:
+            self._report_broken_victim_gangs(gang, evicted, refused)
+            await self._call_off(gang, refused, nominations, "PreemptionIncomplete", (
+                f"Preemption for gang {gang} stopped after {len(evicted)} of {len(victims)} eviction(s) "
+                f"(tried for {self.config.eviction_retry_seconds:g}s); its nominations are released and "
+                "it is planned again without the refused pods: eviction of "))
+
+    async def _evict_for_real(self, gang: str, victims: list[PodInfo]) -> list[tuple[PodInfo, str]]:
+        """Evict ``victims``; a refused one is tried again with backoff until
+        ``evictionRetrySeconds`` have passed.  Returns those still refused."""
+        deadline = time.monotonic() + self.config.eviction_retry_seconds
+        delay = RETRY_FIRST_DELAY_SECONDS
+        trying = victims
+        while True:
+            results = await asyncio.gather(*(self._evict(p, dry_run=False) for p in trying))
+            now = time.monotonic()
+            refused = []
+            for pod, why in zip(trying, results):
+                if why:
+                    refused.append((pod, why))
+                    continue
+                self.evicted_total += 1
+                self.node_evicted_at[pod.node_name] = now
+                self.on_victim(pod, gang)
+                self.events.emit(pod_ref(pod.namespace, pod.name, pod.uid), "Normal", "Preempted",
+                                 f"Preempted by gang {gang} (priority above {pod.priority}) to make room on "
+                                 f"{pod.node_name}")
+            refused = [(p, why) for p, why in refused if p.uid in self.cache.pods]  # deleted meanwhile: gone
+            if not refused or now >= deadline:
+                return refused
+            wait = min(delay, deadline - now)
+            log.warning("eviction of %s for gang %s refused (%s); trying again in %.1fs",
+                        ", ".join(p.key for p, _ in refused[:5]), gang, refused[0][1], wait)
+            await asyncio.sleep(wait)
+            delay = min(delay * 2, RETRY_MAX_DELAY_SECONDS)
+            trying = [p for p, _ in refused]
+
+    async def _call_off(self, gang: str, refused: list[tuple[PodInfo, str]], nominations: list[Nomination],
+                        reason: str, message: str) -> None:
+        """Remember the refusals (the core avoids those victims for
+        ``refusalBackoffSeconds`` or names them), release the preemptor's
+        claims and let it be planned again."""
+        until = time.monotonic() + self.config.refusal_backoff_seconds
+        for pod, why in refused:
+            self.refused[pod.uid] = (why, until)
+        self.victims_by_gang.pop(gang, None)
+        for nom in nominations:
+            await self._set_nomination(nom.pod, "")
+        message += "; ".join(f"{p.key} refused ({why})" for p, why in refused[:5])
+        log.warning(message)
+        group = self.cache.groups_raw.get(gang)
+        if group is not None:
+            self.events.emit(group_ref(group), "Warning", reason, message)
+        else:  # a pod without a PodGroup: the event goes on the pod itself
+            for nom in nominations:
+                self.events.emit(pod_ref(nom.pod.namespace, nom.pod.name, nom.pod.uid), "Warning", reason, message)
+        self.cache.changed.set()
+
+    def _report_broken_victim_gangs(self, gang: str, evicted: list[PodInfo],
+                                    refused: list[tuple[PodInfo, str]]) -> None:
+        """A victim gang whose eviction was refused part way stays bound below
+        its minMember: say so on it (its pods are not evicted against the budget)."""
+        gone = {p.uid for p in evicted}
+        for key in sorted({p.gang_key for p in evicted} & {p.gang_key for p, _ in refused}):
+            spec, obj = self.cache.groups.get(key), self.cache.groups_raw.get(key)
+            if spec is None or obj is None:
+                continue
+            left = [p for p in self.cache.members(key)
+                    if p.holds_resources and not p.terminating and p.uid not in gone]
+            if len(left) >= spec.min_member:
+                continue
+            why = next(why for p, why in refused if p.gang_key == key)
+            message = (f"Preemption by gang {gang} evicted {sum(p.gang_key == key for p in evicted)} member(s) "
+                       f"but the eviction of the rest was refused ({why}): {len(left)} member(s) stay bound "
+                       f"below minMember={spec.min_member} until they end or are preempted again")
+            log.warning("gang %s: %s", key, message)
+            self.events.emit(group_ref(obj), "Warning", "PreemptionIncomplete", message)
 
     async def start_over(self, reset: GangReset) -> None:
         """Evict the bound members of a gang left partly bound too long

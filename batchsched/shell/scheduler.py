@@ -154,7 +154,9 @@ class Scheduler:
         if plan.evictions or plan.nominations:
             for task in self.evictor.carry_out(plan.evictions, plan.nominations):
                 self._track(task)
-        if self.preemption_policy.enabled and time.monotonic() - self._nominations_checked > 1.0:
+        # Also with preemption off: nominations left from when it was on
+        # (before a restart) would otherwise hold their room for good.
+        if time.monotonic() - self._nominations_checked > 1.0:
             self._nominations_checked = time.monotonic()
             for task in self.evictor.expire_nominations():
                 self._track(task)

@@ -1,9 +1,11 @@
 """Preemption end to end: policy-driven, gang-aware, through the Eviction API."""
 from __future__ import annotations
 
+import time
+
 import pytest
 
-from batchsched.api.constants import GPU_IDS_ANNOTATION, GPU_TOPOLOGY_ANNOTATION
+from batchsched.api.constants import GPU_IDS_ANNOTATION, GPU_TOPOLOGY_ANNOTATION, POD_GROUP_LABEL
 from batchsched.core.topology.annotation import to_annotation
 from batchsched.core.topology.choose import choose_gpus, mask_of
 from batchsched.core.topology.parse import parse_topo
@@ -72,6 +74,24 @@ def alive(env, names) -> list[str]:
 def wait_verdict(env, group: str, text: str, timeout: float = 30) -> str:
     return wait_for(f"{group} condition containing {text!r}", lambda: (
         text in (m := condition(env.podgroup(group), "Unschedulable").get("message", "")) and m), timeout)
+
+
+def events_about(env, name: str, reason: str) -> list[str]:
+    events = env.kube.get(f"/api/v1/namespaces/{env.namespace}/events")["items"]
+    return [e["message"] for e in events if e["involvedObject"]["name"] == name and e["reason"] == reason]
+
+
+def budget_allowing_one_disruption(env, name: str, selector: dict, pods: int) -> None:
+    """A PodDisruptionBudget over ``pods`` healthy pods that allows one
+    disruption, with the status the disruption controller would write (the
+    local control plane runs no kube-controller-manager): the Eviction API
+    takes it down to 0 on the first real eviction."""
+    created = env.create({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": name},
+                          "spec": {"minAvailable": pods - 1, "selector": {"matchLabels": selector}}})
+    created["status"] = {"observedGeneration": created["metadata"]["generation"], "disruptionsAllowed": 1,
+                         "currentHealthy": pods, "desiredHealthy": pods - 1, "expectedPods": pods}
+    env.kube.request("PUT", f"/apis/policy/v1/namespaces/{env.namespace}/poddisruptionbudgets/{name}/status",
+                     body=created)
 
 
 # 1
@@ -180,3 +200,54 @@ def test_gang_that_cannot_fit_even_after_evictions_evicts_nothing(env, start_sch
     start_scheduler(**preemption_config())
     wait_verdict(env, "train", "would not fit even after evicting")
     assert alive(env, inference) == inference
+
+
+# 8
+def test_a_real_eviction_refused_after_its_dry_run_is_given_up_and_the_gang_planned_again(env, start_scheduler):
+    """Gang "old" (two members, the cheapest victims) is under a budget of one
+    disruption: each dry run passes alone, the second real eviction is
+    refused.  Within evictionRetrySeconds the preemptor gives up, is planned
+    again and takes gang "other" instead; "old", left below its minMember,
+    says why."""
+    pc = Classes(env)
+    config = preemption_config(matchLabels={})
+    config["preemption"]["evictionRetrySeconds"] = 2
+    start_scheduler(**config)
+    gpu0 = env.add_node("gpu0", gpus=4)
+    make_gang(env, "old", 2, group_spec={"priorityClassName": pc.low}, gpus=2, cpu="1", priority_class=pc.low)
+    wait_for("old bound", lambda: members_bound(env, "old-") == ["old-0", "old-1"])
+    gpu1 = env.add_node("gpu1", gpus=4)
+    make_gang(env, "other", 2, group_spec={"priorityClassName": pc.mid}, gpus=2, cpu="1", priority_class=pc.mid)
+    wait_for("other bound", lambda: members_bound(env, "other-") == ["other-0", "other-1"])
+    assert {env.bound()[n] for n in ("old-0", "old-1")} == {gpu0}
+    budget_allowing_one_disruption(env, "old", {POD_GROUP_LABEL: "old"}, pods=2)
+
+    make_gang(env, "new", 1, group_spec={"priorityClassName": pc.high}, gpus=4, cpu="1", priority_class=pc.high)
+    wait_for("new bound", lambda: members_bound(env, "new-") == ["new-0"], timeout=60)
+    assert env.bound()["new-0"] == gpu1
+    assert alive(env, ["other-0", "other-1"]) == [], "the second victim set goes whole"
+    assert len(alive(env, ["old-0", "old-1"])) == 1, "the budget let exactly one member of old go"
+    given_up = wait_for("the preemptor's event", lambda: events_about(env, "new", "PreemptionIncomplete"))
+    assert "refused" in given_up[0] and "429" in given_up[0], given_up
+    broken = wait_for("old's event", lambda: events_about(env, "old", "PreemptionIncomplete"))
+    assert "below minMember=2" in broken[0], broken
+
+
+# 9
+def test_nominations_left_while_preemption_was_on_expire_once_it_is_off(env, start_scheduler):
+    pc = Classes(env)
+    node = env.add_node("gpu0", gpus=8)
+    fill_with_inference(env, [node], 8, pc.low, linger=True)  # victims that stay terminating
+    make_gang(env, "big", 1, group_spec={"priorityClassName": pc.high}, gpus=4, cpu="1",
+              priority_class=pc.high)
+    with_preemption = start_scheduler(**preemption_config())
+    wait_for("big nominated", lambda: env.pods()["big-0"]["status"].get("nominatedNodeName") == node, timeout=60)
+    with_preemption.stop()
+
+    config = preemption_config()
+    config["preemption"].update(enabled=False, nominationTimeoutSeconds=3)
+    started = time.monotonic()
+    start_scheduler(**config)
+    wait_for("nomination cleared", lambda: not env.pods()["big-0"]["status"].get("nominatedNodeName"), timeout=45)
+    assert time.monotonic() - started >= 3, "cleared before nominationTimeoutSeconds"
+    assert members_bound(env, "big-") == []

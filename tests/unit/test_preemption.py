@@ -177,3 +177,57 @@ def test_a_topology_policy_the_counts_alone_would_break_is_kept():
     assert plan.evictions, "the free pair is not NVLink-joined: someone must go"
     freed = {g for e in plan.evictions for g in e.pod.gpu_ids} | set(unjoined)
     assert any(mask_of(p) & ~mask_of(freed) == 0 for p in pairs)
+
+
+# --- each victim counted once; the victim budget is per cycle --------------------
+
+def _gang_with_a_spare_member(node_names=("a",) * 4, **request):
+    """Gang "old": four members (member i on node_names[i]), minMember 3, so
+    the youngest member (old-3) is a spare, a unit of its own, and also in
+    the whole-gang unit."""
+    members = gang_pods("old", 4, priority=50, phase="Running", **request)
+    members = [replace(p, started=float(i), node_name=n) for i, (p, n) in enumerate(zip(members, node_names))]
+    return members, group("old", min_member=3)
+
+
+def test_a_spare_member_taken_alone_and_again_with_its_gang_counts_once():
+    members, old = _gang_with_a_spare_member(gpu=2)
+    # four 2-GPU pods: the first takes the spare, the next ones need the whole gang
+    preemptor = gang_pods("train", 4, gpu=2, priority=100)
+    plan = cycle(snapshot([node("a", gpu=8)], members + preemptor, [old, group("train", min_member=4)]))
+    victims = [e.pod.name for e in plan.evictions]
+    assert sorted(victims) == [f"old-{i}" for i in range(4)], victims
+    assert "preempting 4 pod(s)" in plan.verdicts["default/train"].message
+    assert len(plan.nominations) == 4
+
+
+def test_room_a_spare_member_frees_is_not_counted_twice():
+    members, old = _gang_with_a_spare_member(cpu=2)
+    # five 2-CPU pods need 10 CPUs: node a has 8 however its victims are counted
+    preemptor = gang_pods("train", 5, cpu=2, priority=100)
+    plan = cycle(snapshot([node("a", cpu="8")], members + preemptor, [old, group("train", min_member=5)]))
+    assert plan.evictions == [] and plan.nominations == []
+    assert "would not fit even after evicting" in plan.verdicts["default/train"].message
+
+
+def test_a_spare_member_taken_earlier_in_the_cycle_leaves_no_spare():
+    """Two preemptors in one cycle: the first takes the only spare member of
+    "old" (on node a); the second may not take another one from node b, which
+    would leave the gang below minMember."""
+    members, old = _gang_with_a_spare_member(("b", "b", "b", "a"), cpu=2)
+    first, second = pod("first", cpu=2, priority=100, created=0), pod("second", cpu=2, priority=90, created=1)
+    plan = cycle(snapshot([node("a", cpu="2"), node("b", cpu="6")], members + [first, second], [old]))
+    assert [(e.preemptor, e.pod.name) for e in plan.evictions] == [("default/pod:first", "old-3")]
+    assert "would not fit even after evicting" in plan.verdicts["default/pod:second"].message
+
+
+def test_max_victims_per_cycle_is_shared_by_every_preemptor_of_the_cycle():
+    nodes = [node("a", gpu=8), node("b", gpu=8)]
+    pods = (inference("a", 8) + inference("b", 8)
+            + [pod("first", gpu=4, priority=100, created=0), pod("second", gpu=4, priority=100, created=1)])
+    snap = snapshot(nodes, pods)
+    assert len(cycle(snap, replace(POLICY, max_victims_per_cycle=8)).evictions) == 8
+    plan = cycle(snap, replace(POLICY, max_victims_per_cycle=6))
+    assert [e.preemptor for e in plan.evictions] == ["default/pod:first"] * 4
+    message = plan.verdicts["default/pod:second"].message
+    assert "2 left of maxVictimsPerCycle=6" in message, message

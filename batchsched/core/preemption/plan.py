@@ -15,8 +15,11 @@ Cost, compared in this order (docs/preemption.md):
 4. fewest victims;
 5. lowest total victim priority.
 
+A spare member of a gang is a unit of its own and also in its whole gang's
+unit: victims, their cost and the room they free count each pod once.
 Nothing is evicted unless the whole quorum fits once the victims are gone,
-and never more than ``max_victims_per_cycle``.
+and never more victims than are left of ``max_victims_per_cycle`` in the
+cycle (``budget``).
 """
 from __future__ import annotations
 
@@ -45,7 +48,10 @@ class VictimUnit:
     key: str
     pods: tuple[PodInfo, ...]
     breaks_gang: bool
-    freed: Mapping[str, Resources]  # node -> what evicting the unit frees there
+
+    @property
+    def nodes(self) -> frozenset[str]:
+        return frozenset(p.node_name for p in self.pods)
 
     @property
     def cost(self) -> Cost:
@@ -54,11 +60,33 @@ class VictimUnit:
 
 
 def combined_cost(units: Collection[VictimUnit]) -> Cost:
-    if not units:
+    pods = _distinct_pods(units)
+    if not pods:
         return NO_COST
-    pods = [p for u in units for p in u.pods]
     return (sum(u.breaks_gang for u in units), max(p.priority for p in pods), len(pods),
             sum(p.priority for p in pods))
+
+
+def _distinct_pods(units: Iterable[VictimUnit], gone: Collection[str] = ()) -> list[PodInfo]:
+    """The pods of ``units``, each once (a spare member may be taken alone
+    and again with its whole gang), leaving out the uids in ``gone``."""
+    seen = set(gone)
+    pods = []
+    for unit in units:
+        for pod in unit.pods:
+            if pod.uid not in seen:
+                seen.add(pod.uid)
+                pods.append(pod)
+    return pods
+
+
+def _freed_on(node: str, units: Iterable[VictimUnit], gone: Collection[str] = ()) -> Resources:
+    """What evicting ``units`` frees on ``node``, beyond the pods in ``gone``."""
+    freed: Resources = {}
+    for pod in _distinct_pods(units, gone):
+        if pod.node_name == node:
+            freed = res.add(freed, pod.requests)
+    return freed
 
 
 @dataclass(frozen=True)
@@ -91,21 +119,20 @@ def victim_units(snapshot: Snapshot, gangs: Mapping[str, Gang], preemptor: Gang,
         if group is not None and group.min_member > 1:
             by_gang.setdefault(pod.gang_key, []).append(pod)
         else:
-            units.append(VictimUnit(pod.uid, (pod,), False, {pod.node_name: pod.requests}))
+            units.append(VictimUnit(pod.uid, (pod,), False))
     for key, candidates in by_gang.items():
         gang = gangs[key]
-        spare = len(gang.bound_active) - gang.min_member
+        # Spare members an earlier preemptor of this cycle takes are spare no more.
+        taken = sum(1 for p in gang.bound_active if p.uid in excluded)
+        spare = len(gang.bound_active) - taken - gang.min_member
         # Members beyond minMember may go one by one (the youngest first)...
         singles = sorted(candidates, key=lambda p: (-p.started, p.name))[:max(0, spare)]
         for pod in singles:
-            units.append(VictimUnit(pod.uid, (pod,), False, {pod.node_name: pod.requests}))
+            units.append(VictimUnit(pod.uid, (pod,), False))
         # ...but taking more breaks the gang: then all of it, or none.
         if policy.gang_victims == GANG_VICTIMS_NEVER or len(candidates) < len(gang.bound_active):
             continue
-        freed: dict[str, Resources] = {}
-        for pod in candidates:
-            freed[pod.node_name] = res.add(freed.get(pod.node_name, {}), pod.requests)
-        units.append(VictimUnit(f"gang:{key}", tuple(candidates), True, freed))
+        units.append(VictimUnit(f"gang:{key}", tuple(candidates), True))
     units.sort(key=lambda u: (u.cost, u.key))
     return units
 
@@ -128,24 +155,29 @@ def _victim_candidates(snapshot: Snapshot, policy: PreemptionPolicy, state: Pree
 _ANY_PREEMPTOR = float("inf")  # a priority above every pod's
 
 
-def _cheapest_on_node(request: Resources, free: Resources, node: str,
-                      candidates: list[VictimUnit]) -> list[VictimUnit] | None:
-    """The cheapest units on ``node`` whose eviction makes ``request`` fit."""
+def _cheapest_on_node(request: Resources, free: Resources, node: str, candidates: list[VictimUnit],
+                      gone: Collection[str]) -> list[VictimUnit] | None:
+    """The cheapest units on ``node`` whose eviction makes ``request`` fit;
+    ``free`` already counts the pods in ``gone``."""
     taken: list[VictimUnit] = []
     room = dict(free)
+    counted = set(gone)
     for unit in candidates:
         if not res.fits(request, room):
             break
-        taken.append(unit)
-        room = res.add(room, unit.freed[node])
+        new = [p for p in _distinct_pods([unit], counted) if p.node_name == node]
+        if new:  # else every pod of it here is already counted
+            taken.append(unit)
+            for pod in new:
+                counted.add(pod.uid)
+                room = res.add(room, pod.requests)
     if res.fits(request, room):
         return None
     # Reprieve: keep back every unit (dearest first) the pod can do without.
     for unit in sorted(taken, key=lambda u: u.cost, reverse=True):
-        without = res.subtract(room, unit.freed[node])
-        if not res.fits(request, without):
-            room = without
-            taken.remove(unit)
+        rest = [u for u in taken if u is not unit]
+        if not res.fits(request, res.add(free, _freed_on(node, rest, gone))):
+            taken = rest
     return taken
 
 
@@ -153,10 +185,12 @@ def plan_preemption(snapshot: Snapshot, gangs: Mapping[str, Gang], gang: Gang,
                     policy: PreemptionPolicy, state: PreemptionState, free: Mapping[str, Resources],
                     node_filter: NodeFilter, going: Mapping[str, Resources],
                     rooms: Mapping[str, GpuRoom] | None = None, off_limits: Collection[str] = (),
-                    excluded: Collection[str] = ()) -> PreemptionPlan | NoPreemption:
+                    excluded: Collection[str] = (), *, budget: int) -> PreemptionPlan | NoPreemption:
     """``free``: what the gang may use now; ``going``: terminating room that
     will be the gang's once it is gone (NominationHolds.going_for); ``rooms``:
-    the nodes' GPU ids and NUMA room, when they are tracked."""
+    the nodes' GPU ids and NUMA room, when they are tracked; ``excluded``:
+    victims of earlier preemptors in this cycle; ``budget``: how many victims
+    are left of ``max_victims_per_cycle`` in this cycle."""
     rooms = rooms or {}
     why_not = policy.may_preempt(gang.spec, gang.priority, gang.members)
     if why_not:
@@ -169,7 +203,7 @@ def plan_preemption(snapshot: Snapshot, gangs: Mapping[str, Gang], gang: Gang,
         room[node] = res.add(room.get(node, {}), soon)
     by_node: dict[str, list[VictimUnit]] = {}
     for unit in units:
-        for node in unit.freed:
+        for node in unit.nodes:
             by_node.setdefault(node, []).append(unit)
 
     gpu_room = dict(rooms)
@@ -177,6 +211,7 @@ def plan_preemption(snapshot: Snapshot, gangs: Mapping[str, Gang], gang: Gang,
         if pod.node_name in gpu_room:
             gpu_room[pod.node_name] = _without(gpu_room[pod.node_name], snapshot.nodes[pod.node_name], [pod])
     chosen: dict[str, VictimUnit] = {}
+    gone: set[str] = set()  # the pods of the chosen units
     nominations: list[tuple[PodInfo, str]] = []
     quorum = sorted(gang.pending, key=lambda p: (-p.requests.get(GPU_RESOURCE, 0),
                                                  -p.requests.get(res.CPU, 0), p.created, p.name))
@@ -186,18 +221,16 @@ def plan_preemption(snapshot: Snapshot, gangs: Mapping[str, Gang], gang: Gang,
             if (node in off_limits or node in state.cooling_nodes
                     or static_reason(snapshot.nodes[node], pod.requests, gang.spec.topology)):
                 continue
-            candidates = [u for u in by_node.get(node, ()) if u.key not in chosen]
-            extra = _cheapest_on_node(pod.requests, room[node], node, candidates)
+            candidates = [u for u in by_node.get(node, ()) if _distinct_pods([u], gone)]
+            extra = _cheapest_on_node(pod.requests, room[node], node, candidates, gone)
             if extra is None:
                 continue
             fitted = _with_gpus(snapshot.nodes[node], gpu_room.get(node), room[node], pod.requests,
-                                gang.spec.topology, extra, candidates)
+                                gang.spec.topology, extra, candidates, gone)
             if fitted is None:
                 continue
             extra, pick = fitted
-            after = room[node]
-            for unit in extra:
-                after = res.add(after, unit.freed[node])
+            after = res.add(room[node], _freed_on(node, extra, gone))
             rank = (combined_cost(list(chosen.values()) + extra), pick.quality if pick else (),
                     pack_score(snapshot.nodes[node], pod.requests, after), node)
             if best is None or rank < best[0]:
@@ -211,22 +244,25 @@ def plan_preemption(snapshot: Snapshot, gangs: Mapping[str, Gang], gang: Gang,
                             f"e.g. {snapshot.pods[uid].key if uid in snapshot.pods else uid}: {why}")
             return NoPreemption(message)
         _, node, extra, pick = best
-        for unit in extra:
-            chosen[unit.key] = unit
-            for where, amount in unit.freed.items():
-                room[where] = res.add(room.get(where, {}), amount)
-                if where in gpu_room:
-                    gpu_room[where] = _without(gpu_room[where], snapshot.nodes[where],
-                                               [p for p in unit.pods if p.node_name == where])
+        for victim in _distinct_pods(extra, gone):
+            where = victim.node_name
+            room[where] = res.add(room.get(where, {}), victim.requests)
+            if where in gpu_room:
+                gpu_room[where] = _without(gpu_room[where], snapshot.nodes[where], [victim])
+            gone.add(victim.uid)
+        chosen.update((unit.key, unit) for unit in extra)
         room[node] = res.subtract(room[node], pod.requests)
         if pick is not None:
             gpu_room[node] = gpu_room[node].take(pick.gpus, pod.requests, pick.numa)
         nominations.append((pod, node))
 
-    victims = tuple(p for u in chosen.values() for p in u.pods)
-    if len(victims) > policy.max_victims_per_cycle:
-        return NoPreemption(f"Gang {gang.key} would need {len(victims)} victims, more than "
-                            f"maxVictimsPerCycle={policy.max_victims_per_cycle}; nothing was evicted.")
+    victims = tuple(_distinct_pods(chosen.values()))
+    if len(victims) > budget:
+        limit = f"maxVictimsPerCycle={policy.max_victims_per_cycle}"
+        if budget < policy.max_victims_per_cycle:
+            limit = f"the {budget} left of {limit} in this cycle"
+        return NoPreemption(f"Gang {gang.key} would need {len(victims)} victims, more than {limit}; "
+                            "nothing was evicted.")
     nodes = sorted({n for _, n in nominations})
     if victims:
         message = (f"Gang {gang.key} is preempting {len(victims)} pod(s) on {', '.join(nodes)}: "
@@ -246,16 +282,17 @@ def _without(room: GpuRoom, node: NodeInfo, pods: Iterable[PodInfo]) -> GpuRoom:
 
 
 def _with_gpus(node: NodeInfo, gpu_room: GpuRoom | None, free: Resources, request: Resources,
-               topology_policy: TopologyPolicy, extra: list[VictimUnit],
-               candidates: list[VictimUnit]) -> tuple[list[VictimUnit], GpuPick | None] | None:
+               topology_policy: TopologyPolicy, extra: list[VictimUnit], candidates: list[VictimUnit],
+               gone: Collection[str]) -> tuple[list[VictimUnit], GpuPick | None] | None:
     """Make the victims on ``node`` give the pod GPUs its gang's topology
     policy accepts, and among equally cheap victim sets prefer the one that
-    frees the best-connected set; None when no victim set does."""
+    frees the best-connected set; None when no victim set does.  ``free``
+    and ``gpu_room`` already count the pods in ``gone``."""
     if gpu_room is None or not request.get(GPU_RESOURCE, 0):
         return extra, None
 
     def pick_for(units: list[VictimUnit]) -> GpuPick | str:
-        pods = [p for u in units for p in u.pods if p.node_name == node.name]
+        pods = [p for p in _distinct_pods(units, gone) if p.node_name == node.name]
         return pick_gpus(node, _without(gpu_room, node, pods), request, topology_policy)
 
     pick = pick_for(extra)
@@ -276,10 +313,9 @@ def _with_gpus(node: NodeInfo, gpu_room: GpuRoom | None, free: Resources, reques
     wanted = mask_of(ideal.gpus)
     holding = [u for u in candidates if any(mask_of(p.gpu_ids) & wanted for p in u.pods
                                             if p.node_name == node.name)]
-    room = free
-    for unit in holding:
-        room = res.add(room, unit.freed[node.name])
-    topping = _cheapest_on_node(request, room, node.name, [u for u in candidates if u not in holding])
+    room = res.add(free, _freed_on(node.name, holding, gone))
+    topping = _cheapest_on_node(request, room, node.name, [u for u in candidates if u not in holding],
+                                set(gone) | {p.uid for p in _distinct_pods(holding)})
     if topping is None:
         return extra, pick
     aligned = holding + topping
