@@ -16,6 +16,7 @@ from kubernetes.aio import client
 
 from batchsched.shell.kube import ApiError, Kube
 from batchsched.shell.leader import LeaderElector
+from tests.support.lease import HeldLease
 from tests.unit.test_leader_election import LEASE, RENEW, RETRY, FakeLeaseApi
 
 
@@ -62,20 +63,6 @@ def kube_at(url: str, connections: int = 4) -> Kube:
     return Kube.over(client.Configuration(host=url), qps_connections=connections)
 
 
-class Lease:
-    """A holder's validity: renewed by hand, lost by hand, lapsing with real time."""
-
-    def __init__(self, seconds: float):
-        self.valid_until = time.monotonic() + seconds
-        self.lost = False
-
-    def renew(self, seconds: float) -> None:
-        self.valid_until = time.monotonic() + seconds
-
-    def validity(self) -> float:
-        return 0.0 if self.lost else self.valid_until - time.monotonic()
-
-
 def run(scenario) -> None:
     asyncio.run(asyncio.wait_for(scenario(), 20))
 
@@ -83,7 +70,7 @@ def run(scenario) -> None:
 def test_a_write_in_flight_when_the_lease_lapses_is_cancelled_at_once():
     async def scenario():
         async with FaultyServer() as server:  # never answers a write
-            kube, lease = kube_at(server.url), Lease(0.3)
+            kube, lease = kube_at(server.url), HeldLease(0.3)
             kube.write_validity = lease.validity
             started = time.monotonic()
             with pytest.raises(ApiError) as refused:
@@ -100,7 +87,7 @@ def test_a_write_outlasting_the_first_deadline_completes_while_the_lease_is_rene
     async def scenario():
         async with FaultyServer() as server:
             server.write_delay = 0.6
-            kube, lease = kube_at(server.url), Lease(0.3)
+            kube, lease = kube_at(server.url), HeldLease(0.3)
             kube.write_validity = lease.validity
 
             async def renewing():
@@ -120,7 +107,7 @@ def test_a_write_outlasting_the_first_deadline_completes_while_the_lease_is_rene
 def test_a_write_queued_for_a_connection_is_not_sent_once_the_lease_lapsed(lapse):
     async def scenario():
         async with FaultyServer() as server:
-            kube, lease = kube_at(server.url, connections=1), Lease(60 if lapse.startswith("lost") else 0.3)
+            kube, lease = kube_at(server.url, connections=1), HeldLease(60 if lapse.startswith("lost") else 0.3)
             kube.write_validity = lease.validity
             slow_read = asyncio.create_task(kube.request("GET", "/slow"))
             while not server.received:  # the read holds the only connection
