@@ -76,7 +76,7 @@ def test_a_write_in_flight_when_the_lease_lapses_is_cancelled_at_once():
             with pytest.raises(ApiError) as refused:
                 await kube.request("POST", "/api/v1/namespaces/a/pods", body={}, timeout=30)
             assert refused.value.reason == "NotLeader" and "in flight" in refused.value.message
-            assert 0.25 <= time.monotonic() - started < 1.0  # the lease's deadline, not the 30 s timeout
+            assert 0.25 <= time.monotonic() - started < 5  # the lease's deadline, not the 30 s timeout
             assert server.received == ["POST /api/v1/namespaces/a/pods"]
             await kube.close()
 
@@ -86,14 +86,14 @@ def test_a_write_in_flight_when_the_lease_lapses_is_cancelled_at_once():
 def test_a_write_outlasting_the_first_deadline_completes_while_the_lease_is_renewed():
     async def scenario():
         async with FaultyServer() as server:
-            server.write_delay = 0.6
-            kube, lease = kube_at(server.url), HeldLease(0.3)
+            server.write_delay = 1.5  # three times the validity of any one renewal
+            kube, lease = kube_at(server.url), HeldLease(0.5)
             kube.write_validity = lease.validity
 
             async def renewing():
                 while True:
                     await asyncio.sleep(0.1)
-                    lease.renew(0.3)
+                    lease.renew(0.5)
 
             renewals = asyncio.create_task(renewing())
             assert (await kube.request("POST", "/x", body={}))["code"] == 200
@@ -107,18 +107,20 @@ def test_a_write_outlasting_the_first_deadline_completes_while_the_lease_is_rene
 def test_a_write_queued_for_a_connection_is_not_sent_once_the_lease_lapsed(lapse):
     async def scenario():
         async with FaultyServer() as server:
-            kube, lease = kube_at(server.url, connections=1), HeldLease(60 if lapse.startswith("lost") else 0.3)
+            kube, lease = kube_at(server.url, connections=1), HeldLease(60)
             kube.write_validity = lease.validity
             slow_read = asyncio.create_task(kube.request("GET", "/slow"))
             while not server.received:  # the read holds the only connection
                 await asyncio.sleep(0.01)
+            if lapse == "renew deadline passed":
+                lease.renew(0.3)  # the last renewal: nothing renews it again
             write = asyncio.create_task(kube.request("POST", "/api/v1/namespaces/a/pods", body={}))
             await asyncio.sleep(0.1)
             assert not write.done() and lease.validity() > 0  # queued while the lease is valid
             if lapse.startswith("lost"):
                 lease.lost = True
             else:
-                await asyncio.sleep(0.3)
+                await asyncio.sleep(lease.validity() + 0.05)
             server.reads_go.set()  # the connection frees up after the lease lapsed
             await slow_read
             with pytest.raises(ApiError) as refused:
