@@ -41,6 +41,12 @@ VERSIONS_FILE = HERE / "versions.env"
 KWOK_NODE_LABEL = "batchsched.io/simulated"
 KWOK_NODE_LABEL_VALUE = "true"
 ADMIN_USER = "batchsched-admin"
+# The API server's audit log records what ServiceAccounts do (nothing else, so
+# it stays small): tests/integration/test_deploy.py checks every RBAC rule of
+# deploy/ against the requests the scheduler really made.
+AUDIT_LOG = "audit.log"
+AUDIT_POLICY = {"apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["RequestReceived"],
+                "rules": [{"level": "Metadata", "userGroups": ["system:serviceaccounts"]}, {"level": "None"}]}
 
 
 def log(msg: str) -> None:
@@ -246,6 +252,10 @@ class Cluster:
     def kubeconfig(self) -> Path:
         return self.workdir / "kubeconfig"
 
+    @property
+    def audit_log(self) -> Path:
+        return self.workdir / AUDIT_LOG
+
 
 def _kubeconfig(server: str, token: str) -> str:
     return json.dumps({
@@ -338,6 +348,7 @@ def up(workdir: Path, with_scheduler: bool = True, die_with_parent: bool = False
         token = secrets.token_hex(24)
         (pki / "tokens.csv").write_text(f'{token},{ADMIN_USER},{ADMIN_USER},"system:masters"\n')
         server = f"https://127.0.0.1:{api_port}"
+        (workdir / "audit-policy.json").write_text(json.dumps(AUDIT_POLICY))
         _wait("etcd", lambda: urllib.request.urlopen(etcd_url + "/health", timeout=1).status == 200,
               30, procs)
         start("kube-apiserver", [
@@ -354,6 +365,8 @@ def up(workdir: Path, with_scheduler: bool = True, die_with_parent: bool = False
             "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
             "--allow-privileged=true", "--endpoint-reconciler-type=none",
             "--max-requests-inflight=2000", "--max-mutating-requests-inflight=1000",
+            f"--audit-policy-file={workdir / 'audit-policy.json'}", f"--audit-log-path={workdir / AUDIT_LOG}",
+            "--audit-log-format=json",
             "--profiling=false", "-v=1",
         ])
         _wait("kube-apiserver /readyz",

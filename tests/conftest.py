@@ -41,6 +41,14 @@ def kubeconfig(tmp_path_factory) -> str:
 
 
 @pytest.fixture(scope="session")
+def audit_log(kubeconfig) -> Path:
+    """The local API server's audit log: every request a ServiceAccount made."""
+    if os.environ.get("KUBECONFIG"):
+        pytest.skip("the audit log is the local control plane's; $KUBECONFIG names another cluster")
+    return Path(kubeconfig).parent / localcluster.AUDIT_LOG
+
+
+@pytest.fixture(scope="session")
 def kube(kubeconfig) -> TestKube:
     api = TestKube(kubeconfig)
     crd = yaml.safe_load((ROOT / "crds" / "podgroup.yaml").read_text())

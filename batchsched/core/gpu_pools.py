@@ -5,14 +5,18 @@ leftover of a node whose free GPUs are not a multiple of a whole-node pod's
 GPUs (8 by default: one HGX board; all the GPUs of a smaller node), and
 every free GPU of a node that takes no new pods (cordoned or not Ready).
 Stranded GPUs are counted in ``free`` too: they are free, just fragmented.
+
+The figures are read on every ``/metrics`` scrape, so :class:`GpuPoolTally`
+keeps them across reads and re-derives only the nodes changed since the
+last one: a scrape costs the changes, not the cluster.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from batchsched.api.constants import GPU_RESOURCE
+from batchsched.core.cluster import ClusterState
 from batchsched.core.model import NodeInfo
-from batchsched.core.snapshot import Snapshot
 
 WHOLE_NODE_POD_GPUS = 8
 NO_POOL = "none"  # pool of nodes without the pool label
@@ -32,20 +36,51 @@ def stranded_gpus(node: NodeInfo, free: int, whole_pod_gpus: int = WHOLE_NODE_PO
     return free % min(whole_pod_gpus, node.allocatable.get(GPU_RESOURCE, 0))
 
 
-def gpu_pools(snapshot: Snapshot, pool_label: str,
-              whole_pod_gpus: int = WHOLE_NODE_POD_GPUS) -> dict[str, PoolGpus]:
-    """Pool name (the node's ``pool_label`` value) -> its GPU figures; nodes
-    advertising no GPU are left out."""
-    used = snapshot.used_by_node()
-    pools: dict[str, PoolGpus] = {}
-    for name, node in snapshot.nodes.items():
-        allocatable = node.allocatable.get(GPU_RESOURCE, 0)
-        if allocatable <= 0:
-            continue
-        allocated = min(allocatable, used[name].get(GPU_RESOURCE, 0))
-        free = allocatable - allocated
-        stranded = stranded_gpus(node, free, whole_pod_gpus)
-        pool = node.labels.get(pool_label) or NO_POOL
-        total = pools.get(pool, PoolGpus())
-        pools[pool] = PoolGpus(total.allocated + allocated, total.free + free, total.stranded + stranded)
-    return pools
+def node_gpus(node: NodeInfo, free_gpus: int, whole_pod_gpus: int = WHOLE_NODE_POD_GPUS) -> PoolGpus | None:
+    """One node's figures, given its free GPUs (negative when overcommitted);
+    None for a node advertising no GPU."""
+    allocatable = node.allocatable.get(GPU_RESOURCE, 0)
+    if allocatable <= 0:
+        return None
+    free = min(allocatable, max(0, free_gpus))
+    return PoolGpus(allocatable - free, free, stranded_gpus(node, free, whole_pod_gpus))
+
+
+class GpuPoolTally:
+    """Pool name (the node's ``pool_label`` value) -> its GPU figures, kept
+    for one ClusterState: each :meth:`read` re-derives only the nodes changed
+    since the previous one (``ClusterState.changed_since``)."""
+
+    def __init__(self, pool_label: str, whole_pod_gpus: int = WHOLE_NODE_POD_GPUS):
+        self.pool_label = pool_label
+        self.whole_pod_gpus = whole_pod_gpus
+        self._cluster: ClusterState | None = None
+        self._mark = 0
+        self._by_node: dict[str, tuple[str, PoolGpus]] = {}  # node -> (pool, its figures)
+        self._pools: dict[str, tuple[int, PoolGpus]] = {}  # pool -> (GPU nodes in it, sums)
+
+    def read(self, cluster: ClusterState) -> dict[str, PoolGpus]:
+        if cluster is not self._cluster:  # another cluster: count it all
+            self._cluster, self._mark, self._by_node, self._pools = cluster, 0, {}, {}
+        for name in cluster.changed_since(self._mark):
+            before = self._by_node.pop(name, None)
+            if before is not None:
+                self._add(*before, -1)
+            node = cluster.nodes.get(name)
+            figures = None if node is None else node_gpus(
+                node, cluster.free(name).get(GPU_RESOURCE, 0), self.whole_pod_gpus)
+            if figures is not None:
+                pool = node.labels.get(self.pool_label) or NO_POOL
+                self._by_node[name] = (pool, figures)
+                self._add(pool, figures, 1)
+        self._mark = cluster.mark
+        return {pool: sums for pool, (_, sums) in self._pools.items()}
+
+    def _add(self, pool: str, figures: PoolGpus, sign: int) -> None:
+        nodes, sums = self._pools.get(pool, (0, PoolGpus()))
+        if nodes + sign == 0:
+            del self._pools[pool]
+            return
+        self._pools[pool] = (nodes + sign, PoolGpus(sums.allocated + sign * figures.allocated,
+                                                    sums.free + sign * figures.free,
+                                                    sums.stranded + sign * figures.stranded))

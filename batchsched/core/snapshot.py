@@ -39,15 +39,5 @@ class Snapshot:
         return cls(nodes=cluster.nodes, pods=cluster.pods, groups=groups, now=now,
                    scheduler_name=cluster.scheduler_name, invalid_groups=invalid_groups or {}, cluster=cluster)
 
-    def used_by_node(self) -> dict[str, Resources]:
-        """Resources held on each node by every non-terminal bound pod,
-        whichever scheduler placed it (terminating pods still hold theirs)."""
-        used: dict[str, Resources] = {}
-        for name, node in self.nodes.items():
-            free = self.cluster.free(name)
-            used[name] = {r: node.allocatable.get(r, 0) - free.get(r, 0) for r in free
-                          if node.allocatable.get(r, 0) != free.get(r, 0)}
-        return used
-
     def free_by_node(self) -> dict[str, Resources]:
         return {name: dict(self.cluster.free(name)) for name in self.nodes}

@@ -17,16 +17,28 @@ one client defect:
   hops per request, most of the client's CPU per binding (measured in
   bench/RESULTS.md).  Unless a proxy variable is set, the session is made
   without it; a kubeconfig ``proxy-url`` still applies.
+
+Writes are fenced by the leader lease (``Kube.write_validity``, the seconds
+the lease is still certain): a write is refused when the lease has lapsed by
+the moment its bytes would go out (checked by an aiohttp trace hook, after
+the request got a connection, however long it queued for one), and one still
+in flight when the lease lapses is cancelled.  docs/operations.md says what
+this does and does not guarantee.
 """
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import logging
+import math
 import os
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Callable, Mapping
 from urllib.parse import quote
 
+import aiohttp
 from kubernetes.aio import client, config
 
 log = logging.getLogger(__name__)
@@ -57,12 +69,41 @@ class ApiError(Exception):
         return self.status == 404
 
 
+def not_leader(method: str, path: str, when: str) -> ApiError:
+    return ApiError(503, "NotLeader", f"the leader lease lapsed {when}: {method} {path} not completed", {})
+
+
+class _LeaseLapsed(Exception):
+    """Raised by the trace hook to abort a write before any of its bytes are sent."""
+
+
+# The lease validity of the write the current task is sending (None for a
+# read): the trace hook has no other way to know which request it sees.
+_sending_write: ContextVar[Callable[[], float] | None] = ContextVar("_sending_write", default=None)
+
+
+async def _refuse_if_lease_lapsed(session, context, params) -> None:
+    """on_request_headers_sent: runs once the request holds a connection and
+    before its headers are even buffered, so this is the last moment to stop
+    a write.  Raising here closes the connection; nothing reaches the server."""
+    validity = _sending_write.get()
+    if validity is not None and validity() <= 0:
+        raise _LeaseLapsed()
+
+
+def lease_fence() -> aiohttp.TraceConfig:
+    trace = aiohttp.TraceConfig()
+    trace.on_request_headers_sent.append(_refuse_if_lease_lapsed)
+    return trace
+
+
 class Kube:
     def __init__(self, api_client: client.ApiClient):
         self.api = api_client
-        # Checked before every write: false on a replica that does not hold
-        # the leader lease (batchsched.shell.leader), so it never acts.
-        self.may_write: Callable[[], bool] = lambda: True
+        # Seconds the leader lease is still certain (batchsched.shell.leader);
+        # writes are sent and completed only within it.  Without leader
+        # election the only replica may always write.
+        self.write_validity: Callable[[], float] = lambda: math.inf
 
     @classmethod
     async def connect(cls, kubeconfig: str | None = None, qps_connections: int = 64) -> "Kube":
@@ -71,10 +112,16 @@ class Kube:
             await config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
         else:
             config.load_incluster_config(client_configuration=configuration)
+        return cls.over(configuration, qps_connections)
+
+    @classmethod
+    def over(cls, configuration: client.Configuration, qps_connections: int = 64) -> "Kube":
+        """A Kube on a loaded configuration (server, credentials)."""
         # Binding a 256-pod gang wants many requests in flight at once.
         configuration.connection_pool_maxsize = qps_connections
         if not any(os.environ.get(v) for v in PROXY_VARIABLES):
             configuration.client_session_kwargs = {"trust_env": False}
+        configuration.trace_configs = [lease_fence()]
         return cls(client.ApiClient(configuration))
 
     async def close(self) -> None:
@@ -95,9 +142,53 @@ class Kube:
     async def request(self, method: str, path: str, *, query: Mapping[str, Any] | None = None,
                       body: Any = None, content_type: str | None = None,
                       timeout: float | None = 30.0) -> dict:
-        """One API call; returns the decoded JSON body or raises ApiError."""
-        if method != "GET" and not self.may_write():
-            raise ApiError(503, "NotLeader", f"not the leader: {method} {path} not sent", {})
+        """One API call; returns the decoded JSON body or raises ApiError.
+
+        A write is sent only while the leader lease is certain and cancelled
+        when it lapses before the answer (ApiError 503 NotLeader).
+        """
+        if method == "GET":
+            return await self._exchange(method, path, query, body, content_type, timeout)
+        if self.write_validity() <= 0:
+            raise not_leader(method, path, "before sending")
+        sending = _sending_write.set(self.write_validity)
+        try:
+            async with self._within_lease() as lease:
+                try:
+                    return await self._exchange(method, path, query, body, content_type, timeout)
+                except _LeaseLapsed:
+                    raise not_leader(method, path, "before its bytes went out") from None
+        except TimeoutError:
+            if lease.expired():
+                raise not_leader(method, path, "while it was in flight") from None
+            raise
+        finally:
+            _sending_write.reset(sending)
+
+    @contextlib.asynccontextmanager
+    async def _within_lease(self) -> AsyncIterator[asyncio.Timeout]:
+        """A deadline that follows the lease: it moves on with each renewal
+        and fires (cancelling the request) once the validity is spent."""
+        loop = asyncio.get_running_loop()
+        async with asyncio.timeout(None) as deadline:
+            def check() -> None:
+                nonlocal pending
+                left = self.write_validity()
+                if left <= 0:
+                    deadline.reschedule(loop.time())
+                elif math.isfinite(left):
+                    pending = loop.call_later(left, check)
+
+            pending: asyncio.TimerHandle | None = None
+            check()
+            try:
+                yield deadline
+            finally:
+                if pending is not None:
+                    pending.cancel()
+
+    async def _exchange(self, method: str, path: str, query: Mapping[str, Any] | None, body: Any,
+                        content_type: str | None, timeout: float | None) -> dict:
         resp = await self._call(method, path, query, body, content_type, timeout)
         data = await resp.read()
         try:

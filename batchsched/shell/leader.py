@@ -14,9 +14,12 @@ algorithm with those holes closed:
   Writes carry the ``resourceVersion`` read, so two candidates cannot both win.
 * The holder renews every ``retry_period``.  It acts only while its last
   successful renewal *started* less than ``renew_deadline`` ago
-  (:meth:`is_leading` checks the clock on every call): with
+  (:meth:`validity` checks the clock on every call): with
   ``renew_deadline < lease_duration`` it stops before anyone may take over,
-  even when a renewal hangs.  Losing is final: ``lost`` is set and the
+  even when a renewal hangs.  The scheduler's writes are fenced by
+  :meth:`validity` at the moment they are sent and cancelled when it runs
+  out (``Kube.request``); the elector's own Lease writes go through its own,
+  unfenced :class:`Kube`.  Losing is final: ``lost`` is set and the
   process exits (cli.py), as kube-scheduler does, to come back as a standby.
 * A standby polls every ``retry_period``, and at the moment the observed
   record would expire, so a crashed holder is replaced about
@@ -93,7 +96,15 @@ class LeaderElector:
         self._seen_duration = lease_duration  # ...declaring this lease duration
 
     def is_leading(self) -> bool:
-        return self.leading.is_set() and not self.lost.is_set() and self._clock() < self._valid_until
+        return self.validity() > 0
+
+    def validity(self) -> float:
+        """Seconds this replica may still act: what is left of the renew
+        deadline of its last renewal, 0 unless it holds the lease.  Every
+        write the scheduler sends is fenced by it (``Kube.write_validity``)."""
+        if not self.leading.is_set() or self.lost.is_set():
+            return 0.0
+        return max(0.0, self._valid_until - self._clock())
 
     async def run(self) -> None:
         """Stand by until the lease is ours, then renew it until it is lost."""

@@ -4,7 +4,8 @@ The metrics live in their own registry, not prometheus_client's global one,
 so several schedulers in one process (tests, the demo) never collide.
 Counters and histograms are updated by the shell as things happen; queue
 depth, GPU pools and leadership are read from the scheduler's state when
-``/metrics`` is scraped, so they cost nothing between scrapes.
+``/metrics`` is scraped, so they cost nothing between scrapes (and the GPU
+pools only what changed since the last scrape: core.gpu_pools.GpuPoolTally).
 """
 from __future__ import annotations
 

@@ -2,8 +2,8 @@
 
 With leader election on, every replica lists and watches (its caches stay
 warm) but only the lease holder acts: its scheduling loop starts once the
-lease is held, and its API client refuses writes the moment the lease is no
-longer certain (``Kube.may_write``).  A replica that loses the lease exits
+lease is held, and its API client sends and completes writes only while the
+lease is certain (``Kube.write_validity``).  A replica that loses the lease exits
 with status 1, to come back as a standby; on SIGTERM the holder stops acting
 and then releases the lease, so a standby takes over within one retry period.
 """
@@ -44,7 +44,7 @@ async def run_replica(kubeconfig: str | None, config: SchedulerConfig) -> int:
     try:
         metrics = Metrics()
         if elector is not None:
-            kube.may_write = elector.is_leading
+            kube.write_validity = elector.validity
             metrics.read_leadership(elector.is_leading)
         scheduler = Scheduler(kube, config, leading=elector.leading if elector else None, metrics=metrics)
         scheduler.on_synced = settle_heap  # once the caches hold the cluster, keep the collector off them

@@ -14,7 +14,7 @@ from batchsched.config import SchedulerConfig
 from batchsched.core.cycle import (
     REASON_SCHEDULE_TIMEOUT, REASON_UNSCHEDULABLE, CyclePlan, Verdict, schedule_cycle,
 )
-from batchsched.core.gpu_pools import gpu_pools
+from batchsched.core.gpu_pools import GpuPoolTally
 from batchsched.core.model import PodInfo, parse_time
 from batchsched.core.queueing.queue import GangQueue
 from batchsched.core.snapshot import Snapshot
@@ -67,8 +67,8 @@ class Scheduler:
         # caches warm and acts only once it holds the lease.
         self.leading = leading
         self.metrics = metrics or Metrics()
-        self.metrics.read_live(self.queue.depth_by_priority,
-                               lambda: gpu_pools(self.cache.snapshot(time.time()), config.node_pool_label))
+        pools = GpuPoolTally(config.node_pool_label)  # a scrape re-derives only the nodes changed since the last
+        self.metrics.read_live(self.queue.depth_by_priority, lambda: pools.read(self.cache.state))
         self.cache.on_watch_restart = lambda kind, why: self.metrics.watch_restarts.labels(kind, why).inc()
         self.evictor.on_victim = lambda pod, preemptor: self.metrics.preemption_victims.inc()
         self.status.on_write = self.metrics.status_writes.inc

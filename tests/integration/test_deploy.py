@@ -1,25 +1,34 @@
-"""deploy/ against a real API server: it applies, and its RBAC is all the
-scheduler needs and no more.
+"""deploy/ and the image against a real API server: it applies, and its RBAC
+is all the scheduler needs and no more.
 
 No Deployment controller runs in the local control plane, so the manifests
 are checked with a server-side dry run (every admission step, nothing
 stored), and the RBAC is exercised by running the scheduler here with a
-token of deploy/'s ServiceAccount.
+token of deploy/'s ServiceAccount: the API server's audit log must show
+every rule used and nothing refused.
 """
 from __future__ import annotations
 
+import json
+import os
+import re
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
+from tests.integration.test_gang_scheduling import make_gang, members_bound
+from tests.integration.test_preemption import Classes, alive, fill_with_inference, preemption_config
 from tests.support.kube import wait_for
 from tests.support.kubectl import rendered, run_kubectl, service_account_kubeconfig
-from tests.support.objects import pod, pod_group
 
 pytestmark = pytest.mark.e2e
 
-DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = ROOT / "deploy"
+sys.path.insert(0, str(ROOT / "tools"))
+from lock_requirements import lock_text  # noqa: E402
 NAMESPACE, SERVICE_ACCOUNT = "batchsched-system", "batchsched"
 SA_USER = f"system:serviceaccount:{NAMESPACE}:{SERVICE_ACCOUNT}"
 RBAC_KINDS = {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
@@ -45,45 +54,143 @@ def test_deploy_passes_a_server_side_dry_run(kube, kubeconfig, kubectl):
     assert deployment["spec"]["replicas"] == 2
     assert spec["securityContext"]["runAsNonRoot"] and container["securityContext"]["readOnlyRootFilesystem"]
     assert container["resources"]["requests"] and container["resources"]["limits"]
+    assert spec["priorityClassName"] == "system-cluster-critical"
+    budget = next(o for o in objects if o["kind"] == "PodDisruptionBudget")["spec"]
+    assert budget["maxUnavailable"] == 1
+    assert budget["selector"]["matchLabels"].items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
+    assert "poddisruptionbudget.policy/batchsched created (server dry run)" in result.stdout \
+        or "poddisruptionbudget.policy/batchsched configured (server dry run)" in result.stdout, result.stdout
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
     config = yaml.safe_load(next(o for o in objects if o["kind"] == "ConfigMap")["data"]["scheduler.yaml"])
     assert config["leaderElection"]["enabled"] is True
     kinds = {o["kind"] for o in objects}
-    assert {"CustomResourceDefinition", "Service", "PriorityClass", "Deployment", "ConfigMap"} | RBAC_KINDS <= kinds
+    assert {"CustomResourceDefinition", "Service", "PriorityClass", "Deployment", "ConfigMap",
+            "PodDisruptionBudget"} | RBAC_KINDS <= kinds
 
 
-def test_scheduler_with_the_service_account_token_binds_and_reports_and_may_do_nothing_else(
-        env, kube, kubeconfig, kubectl, start_scheduler, tmp_path):
+def test_the_service_account_may_do_nothing_beyond_scheduling_without_a_preemption_component(
+        env, kube, kubeconfig, kubectl):
     apply(kubectl, kubeconfig, [o for o in rendered(kubectl, kubeconfig, DEPLOY) if o["kind"] in RBAC_KINDS])
 
     def can(verb: str, resource: str, *extra: str) -> bool:
         result = run_kubectl(kubectl, kubeconfig, "auth", "can-i", verb, resource, f"--as={SA_USER}", *extra,
-                         check=False)
+                             check=False)
         return result.stdout.strip() == "yes"
 
     assert can("create", "pods", "--subresource=binding", "-n", env.namespace)
     assert can("patch", "podgroups.scheduling.batchsched.io", "--subresource=status", "-n", env.namespace)
     assert can("update", "leases.coordination.k8s.io/batchsched", "-n", NAMESPACE)
-    for verb, resource, *extra in [("create", "pods"), ("delete", "pods"), ("update", "pods"),
+    for verb, resource, *extra in [("create", "pods"), ("delete", "pods"), ("update", "pods"), ("get", "pods"),
+                                   ("create", "pods", "--subresource=eviction"),
+                                   ("patch", "pods", "--subresource=status"),
+                                   ("list", "poddisruptionbudgets.policy"),
                                    ("get", "secrets"), ("update", "nodes"), ("patch", "nodes"),
                                    ("update", "podgroups.scheduling.batchsched.io"),
                                    ("update", "leases.coordination.k8s.io/another-lease", "-n", NAMESPACE),
                                    ("get", "leases.coordination.k8s.io/batchsched", "-n", "kube-system")]:
         assert not can(verb, resource, "-n", env.namespace, *extra), f"{SA_USER} may {verb} {resource} {extra}"
 
-    for i in range(2):
-        env.add_node(f"gpu{i}", gpus=8)
-    env.create(pod_group("train", env.namespace, 2))
-    for i in range(2):
-        env.create(pod(f"train-{i}", env.namespace, group="train", gpus=8, cpu="1"))
+
+def granted(objects: list[dict]) -> set[tuple[str, str, str, str, str]]:
+    """(namespace or "", API group, resource[/subresource], verb, name or "") for
+    every rule bound to batchsched's ServiceAccount."""
+    bound = {(b["kind"], b["roleRef"]["name"], b["metadata"].get("namespace", "")) for b in objects
+             if b["kind"] in {"ClusterRoleBinding", "RoleBinding"}
+             and {"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": NAMESPACE} in b["subjects"]}
+    rules = set()
+    for role in objects:
+        namespace = role["metadata"].get("namespace", "") if role["kind"] == "Role" else ""
+        if (f"{role['kind']}Binding", role["metadata"]["name"], namespace) not in bound:
+            continue
+        for rule in role["rules"]:
+            for group in rule["apiGroups"]:
+                for resource in rule["resources"]:
+                    for verb in rule["verbs"]:
+                        for name in rule.get("resourceNames") or [""]:
+                            rules.add((namespace, group, resource, verb, name))
+    return rules
+
+
+def audited(audit_log: Path, since: int) -> list[dict]:
+    """The audit events of batchsched's ServiceAccount after byte ``since`` of the log."""
+    with audit_log.open() as log:
+        log.seek(since)
+        events = [json.loads(line) for line in log if line.strip()]
+    return [e for e in events if e["user"]["username"] == SA_USER and e.get("objectRef")]
+
+
+def used_by(rule: tuple[str, str, str, str, str], event: dict) -> bool:
+    namespace, group, resource, verb, name = rule
+    ref = event["objectRef"]
+    full = ref["resource"] + (f"/{ref['subresource']}" if ref.get("subresource") else "")
+    return (event["verb"] == verb and ref.get("apiGroup", "") == group and full == resource
+            and (not name or ref.get("name") == name) and (not namespace or ref.get("namespace") == namespace))
+
+
+def unused(rules: set[tuple[str, str, str, str, str]], events: list[dict]) -> set[tuple[str, str, str, str, str]]:
+    return {r for r in rules if not any(used_by(r, e) for e in events)}
+
+
+@pytest.mark.parametrize("mode, component", [("Evict", "preemption"), ("Delete", "preemption-delete")])
+def test_every_rule_granted_is_used_and_nothing_the_scheduler_does_is_refused(
+        env, kube, kubeconfig, kubectl, audit_log, start_scheduler, tmp_path, mode, component):
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    (overlay / "kustomization.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+        "resources": [os.path.relpath(DEPLOY, overlay)],
+        "components": [os.path.relpath(DEPLOY / component, overlay)]}))
+    rbac = [o for o in rendered(kubectl, kubeconfig, overlay) if o["kind"] in RBAC_KINDS]
+    apply(kubectl, kubeconfig, rbac)
+    for o in rbac:  # the component's grants go with this test; the base's stay for the others
+        if o["kind"] in {"ClusterRole", "ClusterRoleBinding"} and o["metadata"]["name"].endswith(component):
+            plural = "clusterroles" if o["kind"] == "ClusterRole" else "clusterrolebindings"
+            env.cluster_objects.append(f"/apis/rbac.authorization.k8s.io/v1/{plural}/{o['metadata']['name']}")
+    kube.delete(f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases/batchsched")  # so it is created
+    since = audit_log.stat().st_size
+
+    classes = Classes(env)
+    node = env.add_node("gpu0", gpus=8)
+    inference = fill_with_inference(env, [node], 8, classes.low)
+    make_gang(env, "train", 1, group_spec={"priorityClassName": classes.high}, gpus=4, cpu="1",
+              priority_class=classes.high)
+    config = preemption_config()
+    config["preemption"]["mode"] = mode
     sa_kubeconfig = service_account_kubeconfig(kube, kubeconfig, NAMESPACE, SERVICE_ACCOUNT,
                                                tmp_path / "sa-kubeconfig")
-    proc = start_scheduler(kubeconfig=sa_kubeconfig, leaderElection={"leaseNamespace": NAMESPACE})
+    proc = start_scheduler(kubeconfig=sa_kubeconfig, leaderElection={"leaseNamespace": NAMESPACE}, **config)
+    wait_for("the preempting gang bound", lambda: members_bound(env, "train-") == ["train-0"], timeout=60)
+    assert len(alive(env, inference)) == 4
 
-    wait_for("the gang bound", lambda: len(env.bound()) == 2, timeout=40)
-    wait_for("PodGroup status written", lambda: env.podgroup("train").get("status", {}).get("phase") == "Running")
-    wait_for("Scheduled events", lambda: {e["involvedObject"]["name"] for e in env.kube.get(
-        f"/api/v1/namespaces/{env.namespace}/events")["items"] if e["reason"] == "Scheduled"}
-        >= {"train", "train-0", "train-1"})
+    rules = granted(rbac)
+    try:  # the Lease is renewed (updated) every 2 s; the audit log may lag a little
+        wait_for("every granted rule used", lambda: not unused(rules, audited(audit_log, since)), timeout=30)
+    except AssertionError:
+        pytest.fail(f"granted but never used: {sorted(unused(rules, audited(audit_log, since)))}")
+    events = audited(audit_log, since)
+    refused = [f"{e['verb']} {e['requestURI']}" for e in events
+               if e.get("annotations", {}).get("authorization.k8s.io/decision") != "allow"]
+    assert not refused, refused
     assert "forbidden" not in proc.log().lower()
+
+
+DOCKERFILE = (ROOT / "Dockerfile").read_text()
+
+
+def test_the_image_pins_its_base_and_installs_exactly_the_locked_dependencies():
+    bases = re.findall(r"^ARG PYTHON_IMAGE=(\S+)$", DOCKERFILE, re.M)
+    assert len(bases) == 1 and re.fullmatch(r"python:3\.11\.\d+-slim-bookworm(@sha256:[0-9a-f]{64})?", bases[0])
+    assert re.findall(r"^FROM (\S+)", DOCKERFILE, re.M) == ["${PYTHON_IMAGE}", "${PYTHON_IMAGE}"]
+    assert "pip install --no-deps --only-binary=:all: --requirement requirements.lock" in DOCKERFILE
+    assert "pip install --no-deps --no-build-isolation ." in DOCKERFILE  # nothing resolved beyond the lock
+    assert "pip check" in DOCKERFILE
+    assert "!requirements.lock" in (ROOT / ".dockerignore").read_text().splitlines()
+
+
+def test_the_lock_is_the_tested_environment_and_pins_every_runtime_dependency():
+    lock = (ROOT / "requirements.lock").read_text()
+    assert lock == lock_text(), "requirements.lock is stale: run tools/lock_requirements.py > requirements.lock"
+    pins = [line for line in lock.splitlines() if line and not line.startswith("#")]
+    assert pins and all(re.fullmatch(r"[a-z0-9-]+==\S+", pin) for pin in pins)
+    assert {"kubernetes", "aiohttp", "pydantic", "prometheus-client", "pyyaml"} <= {p.split("==")[0] for p in pins}
