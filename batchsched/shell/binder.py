@@ -132,21 +132,24 @@ class Binder:
     async def _read_back(self, req: BindRequest) -> tuple[bool, str]:
         """Whether the pod is bound to req.node, from the API server itself,
         asked until it answers (or the watch has settled it meanwhile)."""
-        path = f"/api/v1/namespaces/{quote(req.namespace)}/pods/{quote(req.name)}"
+        # A list with a field selector, not a get: the scheduler's RBAC grants
+        # list and watch on pods only (deploy/rbac.yaml).
+        path = f"/api/v1/namespaces/{quote(req.namespace)}/pods"
+        query = {"fieldSelector": f"metadata.name={req.name}"}
         delay = 0.2
         while True:
             if not self.still_unsettled(req.uid):
                 return True, "settled by the watch"
             try:
-                pod = await self.kube.request("GET", path, timeout=10)
+                found = (await self.kube.request("GET", path, query=query, timeout=10)).get("items") or []
             except ApiError as exc:
-                if exc.not_found:
-                    return False, "the pod is gone"
                 why = str(exc)
             except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
                 why = repr(exc)
             else:
-                meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+                if not found:
+                    return False, "the pod is gone"
+                meta, spec = found[0].get("metadata") or {}, found[0].get("spec") or {}
                 if meta.get("uid") != req.uid:
                     return False, "the pod was replaced"
                 node = spec.get("nodeName") or ""

@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from tests.integration.test_gang_scheduling import make_gang, members_bound
+from tests.integration.test_partial_gangs import refuse_binding_of
 from tests.integration.test_preemption import Classes, alive, fill_with_inference, preemption_config
 from tests.support.kube import wait_for
 from tests.support.kubectl import rendered, run_kubectl, service_account_kubeconfig
@@ -69,7 +70,7 @@ def test_deploy_passes_a_server_side_dry_run(kube, kubeconfig, kubectl):
             "PodDisruptionBudget"} | RBAC_KINDS <= kinds
 
 
-def test_the_service_account_may_do_nothing_beyond_scheduling_without_a_preemption_component(
+def test_the_service_account_may_do_nothing_beyond_scheduling_and_evicting(
         env, kube, kubeconfig, kubectl):
     apply(kubectl, kubeconfig, [o for o in rendered(kubectl, kubeconfig, DEPLOY) if o["kind"] in RBAC_KINDS])
 
@@ -81,9 +82,9 @@ def test_the_service_account_may_do_nothing_beyond_scheduling_without_a_preempti
     assert can("create", "pods", "--subresource=binding", "-n", env.namespace)
     assert can("patch", "podgroups.scheduling.batchsched.io", "--subresource=status", "-n", env.namespace)
     assert can("update", "leases.coordination.k8s.io/batchsched", "-n", NAMESPACE)
+    assert can("create", "pods", "--subresource=eviction", "-n", env.namespace)
+    assert can("patch", "pods", "--subresource=status", "-n", env.namespace)
     for verb, resource, *extra in [("create", "pods"), ("delete", "pods"), ("update", "pods"), ("get", "pods"),
-                                   ("create", "pods", "--subresource=eviction"),
-                                   ("patch", "pods", "--subresource=status"),
                                    ("list", "poddisruptionbudgets.policy"),
                                    ("get", "secrets"), ("update", "nodes"), ("patch", "nodes"),
                                    ("update", "podgroups.scheduling.batchsched.io"),
@@ -132,7 +133,7 @@ def unused(rules: set[tuple[str, str, str, str, str]], events: list[dict]) -> se
     return {r for r in rules if not any(used_by(r, e) for e in events)}
 
 
-@pytest.mark.parametrize("mode, component", [("Evict", "preemption"), ("Delete", "preemption-delete")])
+@pytest.mark.parametrize("mode, component", [("Evict", None), ("Delete", "preemption-delete")])
 def test_every_rule_granted_is_used_and_nothing_the_scheduler_does_is_refused(
         env, kube, kubeconfig, kubectl, audit_log, start_scheduler, tmp_path, mode, component):
     overlay = tmp_path / "overlay"
@@ -140,11 +141,12 @@ def test_every_rule_granted_is_used_and_nothing_the_scheduler_does_is_refused(
     (overlay / "kustomization.yaml").write_text(yaml.safe_dump({
         "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
         "resources": [os.path.relpath(DEPLOY, overlay)],
-        "components": [os.path.relpath(DEPLOY / component, overlay)]}))
+        "components": [os.path.relpath(DEPLOY / component, overlay)] if component else []}))
     rbac = [o for o in rendered(kubectl, kubeconfig, overlay) if o["kind"] in RBAC_KINDS]
     apply(kubectl, kubeconfig, rbac)
     for o in rbac:  # the component's grants go with this test; the base's stay for the others
-        if o["kind"] in {"ClusterRole", "ClusterRoleBinding"} and o["metadata"]["name"].endswith(component):
+        if component and o["kind"] in {"ClusterRole", "ClusterRoleBinding"} and \
+                o["metadata"]["name"].endswith(component):
             plural = "clusterroles" if o["kind"] == "ClusterRole" else "clusterrolebindings"
             env.cluster_objects.append(f"/apis/rbac.authorization.k8s.io/v1/{plural}/{o['metadata']['name']}")
     kube.delete(f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases/batchsched")  # so it is created
@@ -155,13 +157,18 @@ def test_every_rule_granted_is_used_and_nothing_the_scheduler_does_is_refused(
     inference = fill_with_inference(env, [node], 8, classes.low)
     make_gang(env, "train", 1, group_spec={"priorityClassName": classes.high}, gpus=4, cpu="1",
               priority_class=classes.high)
+    # and a gang one of whose bindings is refused, which starts over (an eviction in either mode)
+    refuse_binding_of(env, "stuck-1")
+    make_gang(env, "stuck", 2, cpu="1")
     config = preemption_config()
     config["preemption"]["mode"] = mode
+    config["binding"] = {"partialGangTimeoutSeconds": 2}
     sa_kubeconfig = service_account_kubeconfig(kube, kubeconfig, NAMESPACE, SERVICE_ACCOUNT,
                                                tmp_path / "sa-kubeconfig")
     proc = start_scheduler(kubeconfig=sa_kubeconfig, leaderElection={"leaseNamespace": NAMESPACE}, **config)
     wait_for("the preempting gang bound", lambda: members_bound(env, "train-") == ["train-0"], timeout=60)
     assert len(alive(env, inference)) == 4
+    wait_for("the stuck gang started over", lambda: "stuck-0" not in env.pods(), timeout=60)
 
     rules = granted(rbac)
     try:  # the Lease is renewed (updated) every 2 s; the audit log may lag a little

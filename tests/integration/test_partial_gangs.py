@@ -21,6 +21,8 @@ pytestmark = pytest.mark.e2e
 
 
 def refuse_binding_of(env, pod_name: str) -> str:
+    """Refuse every pods/binding of ``pod_name`` in env's namespace, as an
+    admission webhook would; returns once the API server enforces it."""
     name = f"refuse-{env.id}"
     env.add_cluster_object({
         "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
@@ -37,6 +39,23 @@ def refuse_binding_of(env, pod_name: str) -> str:
         "spec": {"policyName": name, "validationActions": ["Deny"],
                  "matchResources": {"namespaceSelector": {"matchLabels": {
                      "kubernetes.io/metadata.name": env.namespace}}}}})
+    # The API server loads the policy a moment later: probe with a pod of
+    # that name (bound by nobody else) until a binding of it is refused.
+    body = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": pod_name},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": env.nodes[0]}}
+    path = f"/api/v1/namespaces/{env.namespace}/pods/{pod_name}"
+
+    def refused() -> bool:
+        env.create(pod(pod_name, env.namespace, cpu="1", scheduler="nobody"))
+        try:
+            env.kube.create(path + "/binding", body)
+        except Exception as exc:  # noqa: BLE001 - any refusal will do
+            return "refused by policy" in str(exc)
+        finally:
+            env.kube.delete(path, gracePeriodSeconds=0)
+            wait_for("probe pod gone", lambda: pod_name not in env.pods())
+        return False
+    wait_for("the admission policy in force", refused, timeout=30, interval=0.5)
     return name
 
 
@@ -49,24 +68,6 @@ def bind_errors(proc) -> float:
 def test_a_refused_member_backs_off_and_the_partial_gang_starts_over(env, start_scheduler):
     env.add_node("n1", gpus=8)
     policy = refuse_binding_of(env, "g-3")
-    # The policy takes effect once the API server has loaded it: wait until a
-    # probe binding of a pod of that name is refused, so the gang meets it for sure.
-    body = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "g-3"},
-            "target": {"apiVersion": "v1", "kind": "Node", "name": env.nodes[0]}}
-    path = f"/api/v1/namespaces/{env.namespace}/pods/g-3"
-
-    def refused() -> bool:
-        env.create(pod("g-3", env.namespace, cpu="1", scheduler="nobody"))
-        try:
-            env.kube.create(path + "/binding", body)
-        except Exception as exc:  # noqa: BLE001 - any refusal will do
-            return "refused by policy" in str(exc)
-        finally:
-            env.kube.delete(path, gracePeriodSeconds=0)
-            wait_for("probe pod gone", lambda: "g-3" not in env.pods())
-        return False
-    wait_for("the admission policy in force", refused, timeout=30, interval=0.5)
-
     make_gang(env, "g", 4, cpu="1", gpus=1, scheduler="batchsched")
     proc = start_scheduler(binding={"partialGangTimeoutSeconds": 8, "retries": 0},
                            queue={"initialBackoffSeconds": 1, "maxBackoffSeconds": 4})
