@@ -36,6 +36,9 @@ CHANGE_BATCH_SECONDS = 0.005
 # With no pod to place, a cycle only books what changed (status, queue): a
 # burst of confirmations (a gang being bound) is taken in fewer cycles.
 QUIET_BATCH_SECONDS = 0.05
+# After a cycle raised: wait this long, doubling while cycles keep failing.
+CYCLE_RETRY_SECONDS = 0.5
+MAX_CYCLE_RETRY_SECONDS = 10.0
 
 
 class Scheduler:
@@ -45,6 +48,7 @@ class Scheduler:
         self.config = config
         self.core_config = config.core()
         self.cache = ClusterCache(config.scheduler_name, config.node_selector)
+        self.reflectors = self.cache.reflectors(kube)
         self.queue = GangQueue.from_config(self.core_config)
         self.binder = Binder(kube, config.binding.parallelism, config.binding.retries)
         self.status = StatusWriter(kube, config.status_min_interval_seconds, self.binder.wait_idle)
@@ -61,7 +65,9 @@ class Scheduler:
         self.bound_total = 0
         self._tasks: set[asyncio.Task] = set()
         self.cache.on_bad_object = self._bad_object
-        self._node_problems: list[tuple[dict, str]] = []  # (node ref, why) not reported yet
+        # node name -> (node ref, why) not reported yet; by name, so a standby
+        # (no cycles) keeps one per node however often a node changes
+        self._node_problems: dict[str, tuple[dict, str]] = {}
         # With leader election, the loop waits for this: a standby keeps its
         # caches warm and acts only once it holds the lease.
         self.leading = leading
@@ -75,7 +81,7 @@ class Scheduler:
     # ---- lifecycle --------------------------------------------------------------
 
     async def run(self) -> None:
-        reflectors = self.cache.reflectors(self.kube)
+        reflectors = self.reflectors
         background = [asyncio.create_task(r.run(), name=f"reflector-{r.kind}") for r in reflectors]
         background.append(asyncio.create_task(self.status.run(), name="status-writer"))
         try:
@@ -89,8 +95,18 @@ class Scheduler:
                 log.info("standing by until this replica holds the leader lease")
                 await self.leading.wait()
             self._seed_from_cluster()  # now, so a standby sees what the old leader wrote last
+            failures = 0
             while True:
-                self.cycle()
+                try:
+                    self.cycle()
+                except Exception:  # noqa: BLE001 - the loop outlives any one cycle
+                    failures += 1
+                    delay = min(CYCLE_RETRY_SECONDS * 2 ** min(failures - 1, 10), MAX_CYCLE_RETRY_SECONDS)
+                    self.metrics.cycle_errors.inc()
+                    log.exception("scheduling cycle failed (%d in a row); next cycle in %.1fs", failures, delay)
+                    await asyncio.sleep(delay)
+                    continue
+                failures = 0
                 await self._wait_for_work()
         finally:
             for task in background + list(self._tasks):
@@ -131,10 +147,19 @@ class Scheduler:
 
     def cycle(self) -> CyclePlan:
         self.metrics.cycles.inc()
-        for ref, why in self._node_problems:
+        for ref, why in self._node_problems.values():
             self.events.emit(ref, "Warning", "InvalidGpuTopology", why)
         self._node_problems.clear()
         touched, freed = self.cache.drain_changes()
+        try:
+            return self._cycle(touched, freed)
+        except Exception:
+            # What changed is not lost: the next cycle looks at it again.
+            self.cache.touched_gangs |= touched
+            self.cache.capacity_freed |= freed
+            raise
+
+    def _cycle(self, touched: set[str], freed: bool) -> CyclePlan:
         self.queue.note_changes(touched, freed)
         for key in touched:
             if key not in self.cache.groups_raw and not self.cache.members(key):
@@ -298,7 +323,8 @@ class Scheduler:
         if kind == "PodGroup":
             self.events.emit(group_ref(obj), "Warning", "InvalidPodGroup", why)
         elif kind == "Node":  # found while syncing, maybe as a standby: the next cycle reports it
-            self._node_problems.append((node_ref(obj), why))
+            ref = node_ref(obj)
+            self._node_problems[ref["name"]] = (ref, why)
         else:
             meta = obj.get("metadata") or {}
             self.events.emit(pod_ref(meta.get("namespace", ""), meta.get("name", ""), meta.get("uid", "")),
