@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import re
 from functools import lru_cache
+from itertools import accumulate
 from typing import Any
 
 from batchsched.core.resources import MAX_CANONICAL
@@ -92,11 +93,8 @@ def from_annotation(text: str) -> GpuTopology:
 def _nesting(text: str) -> int:
     """How deep the JSON text nests arrays and objects (brackets inside
     strings do not count), found without parsing it: the parser recurses."""
-    depth = deepest = 0
-    for bracket in _BRACKET.findall(_JSON_STRING.sub("", text)):
-        depth += 1 if bracket in "[{" else -1
-        deepest = max(deepest, depth)
-    return deepest
+    steps = (1 if bracket in "[{" else -1 for bracket in _BRACKET.findall(_JSON_STRING.sub("", text)))
+    return max(accumulate(steps), default=0)
 
 
 def from_document(document: Any) -> GpuTopology:

@@ -95,22 +95,24 @@ def parse_cpu_list(text: str) -> frozenset[int]:
     spanned = 0
     for part in text.split(","):
         low, dash, high = part.strip().partition("-")
-        if not _is_number(low) or (dash and not _is_number(high)):
-            raise TopologyError(f"{_clip(text)!r} is not a CPU list like 0-19,40-59")
-        first, last = int(low), int(high) if dash else int(low)
+        first = _cpu_id(low, text)
+        last = _cpu_id(high, text) if dash else first
         if last < first:
             raise TopologyError(f"{_clip(text)!r} has a decreasing range {_clip(part)!r}")
         spanned += last - first + 1
-        if last >= MAX_CPUS or spanned > MAX_CPUS:
-            raise TopologyError(f"{_clip(text)!r} names CPUs beyond {MAX_CPUS - 1} or more than {MAX_CPUS} "
-                                "in all")
+        if spanned > MAX_CPUS:
+            raise TopologyError(f"{_clip(text)!r} names more than {MAX_CPUS} CPUs")
         cpus.update(range(first, last + 1))
     return frozenset(cpus)
 
 
-def _is_number(text: str) -> bool:
-    # ascii: "²".isdigit() is true too; short: int() of a long digit run is slow
-    return text.isascii() and text.isdigit() and len(text) <= 6
+def _cpu_id(token: str, text: str) -> int:
+    # ascii: "²".isdigit() is true too
+    if not (token.isascii() and token.isdigit()):
+        raise TopologyError(f"{_clip(text)!r} is not a CPU list like 0-19,40-59")
+    if len(token) > len(str(MAX_CPUS)) or int(token) >= MAX_CPUS:  # length first: int() of a long run is slow
+        raise TopologyError(f"{_clip(text)!r} names a CPU beyond {MAX_CPUS - 1}")
+    return int(token)
 
 
 def _clip(text: str, limit: int = 60) -> str:
