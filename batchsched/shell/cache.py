@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import logging
 import time
 from typing import Callable, Iterable, Mapping
@@ -87,7 +88,7 @@ class Reflector:
                     continue
                 log.warning("%s list/watch failed: %s; retrying in %.1fs", self.kind, exc, backoff)
                 self._failed(f"list/watch failed: {exc}")
-            except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+            except (aiohttp.ClientError, asyncio.TimeoutError, OSError, json.JSONDecodeError) as exc:
                 log.warning("%s list/watch connection failed: %r; retrying in %.1fs", self.kind, exc, backoff)
                 self._failed(f"list/watch connection failed: {exc!r}")
             except Exception as exc:  # noqa: BLE001 - a bad answer or a bug: relist rather than die
