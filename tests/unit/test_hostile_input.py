@@ -142,7 +142,7 @@ def test_a_huge_nvlink_count_is_an_unknown_link_class():
 
 def test_cpu_lists_are_bounded_in_ids_and_size():
     assert len(parse_cpu_list(f"0-{MAX_CPUS - 1}")) == MAX_CPUS
-    for text in ["0-4294967295", str(MAX_CPUS), "9" * 100, ",".join(["0-4095"] * 3), "1²"]:
+    for text in [str(MAX_CPUS), "9" * 100, ",".join(["0-4095"] * 3), "1²", "0-4294967295"]:
         with pytest.raises(TopologyError):
             fast(parse_cpu_list, text)
 
