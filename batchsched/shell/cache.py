@@ -38,6 +38,9 @@ from batchsched.shell.kube import ApiError, Kube
 log = logging.getLogger(__name__)
 
 PODGROUPS_PATH = f"/apis/{constants.GROUP}/{constants.VERSION}/podgroups"
+# A refused PodGroup's reason goes into its status condition and an Event:
+# kept short whatever the object (hostile keys are echoed in the reason).
+MAX_PROBLEM_LENGTH = 2000
 
 
 class Reflector:
@@ -250,13 +253,12 @@ class ClusterCache:
                 raise ValueError(f"PriorityClass {class_name!r} not found")
             self.groups[key] = group_from_json(obj, self.priority_classes.get(class_name, 0) if class_name
                                                else None)
-        except (ValueError, TypeError) as exc:
-            self.invalid_groups[key] = str(exc)
-            self.on_bad_object("PodGroup", obj, str(exc))
-        except Exception as exc:  # noqa: BLE001 - unforeseen: still only this PodGroup is refused
-            log.warning("refusing PodGroup %s: %r", key, exc)
-            self.invalid_groups[key] = f"{type(exc).__name__}: {exc}"
-            self.on_bad_object("PodGroup", obj, self.invalid_groups[key])
+        except Exception as exc:  # noqa: BLE001 - whatever it holds, only this PodGroup is refused
+            why = str(exc) if isinstance(exc, (ValueError, TypeError)) else f"{type(exc).__name__}: {exc}"
+            why = why if len(why) <= MAX_PROBLEM_LENGTH else why[:MAX_PROBLEM_LENGTH] + "..."
+            log.warning("PodGroup %s is invalid: %s", key, why)
+            self.invalid_groups[key] = why
+            self.on_bad_object("PodGroup", obj, why)
         self.touched_gangs.add(key)
 
     @staticmethod
