@@ -27,6 +27,7 @@ from batchsched.core.preemption.policy import PreemptionPolicy, PreemptionState
 from batchsched.core.queueing.queue import GangQueue
 from batchsched.core.resources import Resources
 from batchsched.core.snapshot import Snapshot
+from batchsched.core.text import clip
 from batchsched.core.topology.accounting import room_of
 
 REASON_SCHEDULED = "Scheduled"
@@ -127,7 +128,7 @@ def schedule_cycle(snapshot: Snapshot, queue: GangQueue, config: CoreConfig = Co
             _give(capacity, holds_given, res.subtract)
             queue.record_failure(key, now)
             plan.verdicts[key] = Verdict(False, REASON_INTERNAL_ERROR, (
-                f"Gang {key} could not be tried: {type(exc).__name__}: {_clip(str(exc))}; "
+                f"Gang {key} could not be tried: {type(exc).__name__}: {clip(str(exc), 300)}; "
                 "it is retried after a backoff."))
     return plan
 
@@ -170,10 +171,6 @@ def _try_gang(snapshot: Snapshot, gangs: GangIndex, key: str, queue: GangQueue, 
         Binding(a.pod.uid, a.pod.namespace, a.pod.name, a.node_name, key, a.gpu_ids)
         for a in result.assignments)
     plan.verdicts[key] = Verdict(True, REASON_SCHEDULED, _scheduled_message(gang, result))
-
-
-def _clip(text: str, limit: int = 300) -> str:
-    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def _give(capacity: CapacityIndex, amounts: Mapping[str, Resources], op: Callable) -> None:

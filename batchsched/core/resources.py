@@ -18,6 +18,8 @@ import re
 from fractions import Fraction
 from typing import Mapping
 
+from batchsched.core.text import clip
+
 Resources = dict[str, int]
 
 CPU = "cpu"
@@ -72,9 +74,8 @@ def parse_quantity(text: str | int | float) -> Fraction:
 
 
 def _shown(value: object) -> str:
-    """A hostile value, short enough for a message."""
-    text = repr(value) if not isinstance(value, int) else f"of {value.bit_length()} bits"
-    return text if len(text) <= MAX_QUANTITY_LENGTH else text[:MAX_QUANTITY_LENGTH] + "..."
+    """A hostile value, short enough for a message (a huge int is not even printed)."""
+    return clip(repr(value), MAX_QUANTITY_LENGTH) if not isinstance(value, int) else f"of {value.bit_length()} bits"
 
 
 def canonical(name: str, text: str | int | float) -> int:

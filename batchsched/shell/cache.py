@@ -33,6 +33,7 @@ from batchsched.api import constants
 from batchsched.core.cluster import ClusterState
 from batchsched.core.model import GroupSpec, NodeInfo, PodInfo, group_from_json, node_from_json, pod_from_json
 from batchsched.core.snapshot import Snapshot
+from batchsched.core.text import clip
 from batchsched.shell.kube import ApiError, Kube
 
 log = logging.getLogger(__name__)
@@ -101,7 +102,7 @@ class Reflector:
             backoff = min(backoff * 2, 30.0)
 
     def _failed(self, why: str) -> None:
-        self.error = why if len(why) <= 300 else why[:300] + "..."
+        self.error = clip(why, 300)
         self.on_restart(self.kind, "error")
 
 
@@ -255,7 +256,7 @@ class ClusterCache:
                                                else None)
         except Exception as exc:  # noqa: BLE001 - whatever it holds, only this PodGroup is refused
             why = str(exc) if isinstance(exc, (ValueError, TypeError)) else f"{type(exc).__name__}: {exc}"
-            why = why if len(why) <= MAX_PROBLEM_LENGTH else why[:MAX_PROBLEM_LENGTH] + "..."
+            why = clip(why, MAX_PROBLEM_LENGTH)
             log.warning("PodGroup %s is invalid: %s", key, why)
             self.invalid_groups[key] = why
             self.on_bad_object("PodGroup", obj, why)

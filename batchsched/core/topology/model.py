@@ -24,6 +24,8 @@ from typing import Iterable
 
 import networkx as nx
 
+from batchsched.core.text import clip
+
 NVLINK_GBPS = 25
 _PCIE = ("SYS", "NODE", "PHB", "PXB", "PIX")  # worst first
 _PCIE_GBPS = {"SYS": 10, "NODE": 14, "PHB": 16, "PXB": 20, "PIX": 22}
@@ -98,10 +100,10 @@ def parse_cpu_list(text: str) -> frozenset[int]:
         first = _cpu_id(low, text)
         last = _cpu_id(high, text) if dash else first
         if last < first:
-            raise TopologyError(f"{_clip(text)!r} has a decreasing range {_clip(part)!r}")
+            raise TopologyError(f"{clip(text, 60)!r} has a decreasing range {clip(part, 60)!r}")
         spanned += last - first + 1
         if spanned > MAX_CPUS:
-            raise TopologyError(f"{_clip(text)!r} names more than {MAX_CPUS} CPUs")
+            raise TopologyError(f"{clip(text, 60)!r} names more than {MAX_CPUS} CPUs")
         cpus.update(range(first, last + 1))
     return frozenset(cpus)
 
@@ -109,14 +111,10 @@ def parse_cpu_list(text: str) -> frozenset[int]:
 def _cpu_id(token: str, text: str) -> int:
     # ascii: "²".isdigit() is true too
     if not (token.isascii() and token.isdigit()):
-        raise TopologyError(f"{_clip(text)!r} is not a CPU list like 0-19,40-59")
+        raise TopologyError(f"{clip(text, 60)!r} is not a CPU list like 0-19,40-59")
     if len(token) > len(str(MAX_CPUS)) or int(token) >= MAX_CPUS:  # length first: int() of a long run is slow
-        raise TopologyError(f"{_clip(text)!r} names a CPU beyond {MAX_CPUS - 1}")
+        raise TopologyError(f"{clip(text, 60)!r} names a CPU beyond {MAX_CPUS - 1}")
     return int(token)
-
-
-def _clip(text: str, limit: int = 60) -> str:
-    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def format_cpu_list(cpus: Iterable[int]) -> str:
