@@ -65,9 +65,9 @@ class Scheduler:
         self.bound_total = 0
         self._tasks: set[asyncio.Task] = set()
         self.cache.on_bad_object = self._bad_object
-        # node name -> (node ref, why) not reported yet; by name, so a standby
-        # (no cycles) keeps one per node however often a node changes
-        self._node_problems: dict[str, tuple[dict, str]] = {}
+        # Bad objects not reported yet: (kind, namespace, name) -> (ref, reason, why).
+        # By object, so a standby (no cycles) keeps one per object however often it changes.
+        self._bad_objects: dict[tuple[str, str, str], tuple[dict, str, str]] = {}
         # With leader election, the loop waits for this: a standby keeps its
         # caches warm and acts only once it holds the lease.
         self.leading = leading
@@ -147,9 +147,9 @@ class Scheduler:
 
     def cycle(self) -> CyclePlan:
         self.metrics.cycles.inc()
-        for ref, why in self._node_problems.values():
-            self.events.emit(ref, "Warning", "InvalidGpuTopology", why)
-        self._node_problems.clear()
+        for ref, reason, why in self._bad_objects.values():
+            self.events.emit(ref, "Warning", reason, why)
+        self._bad_objects.clear()
         touched, freed = self.cache.drain_changes()
         try:
             return self._cycle(touched, freed)
@@ -320,12 +320,13 @@ class Scheduler:
         self.status.update(key, status.to_json())
 
     def _bad_object(self, kind: str, obj: dict, why: str) -> None:
+        """Found while syncing, maybe as a standby that may not write yet:
+        the next cycle (of the leader) reports it."""
         if kind == "PodGroup":
-            self.events.emit(group_ref(obj), "Warning", "InvalidPodGroup", why)
-        elif kind == "Node":  # found while syncing, maybe as a standby: the next cycle reports it
-            ref = node_ref(obj)
-            self._node_problems[ref["name"]] = (ref, why)
+            ref, reason = group_ref(obj), "InvalidPodGroup"
+        elif kind == "Node":
+            ref, reason = node_ref(obj), "InvalidGpuTopology"
         else:
             meta = obj.get("metadata") or {}
-            self.events.emit(pod_ref(meta.get("namespace", ""), meta.get("name", ""), meta.get("uid", "")),
-                             "Warning", "InvalidPod", why)
+            ref, reason = pod_ref(meta.get("namespace", ""), meta.get("name", ""), meta.get("uid", "")), "InvalidPod"
+        self._bad_objects[(ref["kind"], ref.get("namespace") or "", ref["name"])] = (ref, reason, why)
