@@ -182,6 +182,22 @@ def test_a_gang_whose_attempt_raises_gets_internal_error_and_the_others_are_sche
     assert not queue.ready("default/broken", snap.now)  # backed off
 
 
+def test_a_gang_whose_planning_raises_is_passed_over_by_the_reservation_too():
+    # A request of the wrong type (built past pod_from_json) makes planning
+    # raise, in the reservation pass (both gangs have waited long enough) and
+    # in the attempt.
+    broken = [replace(p, requests={res.CPU: "1000"}) for p in gang_pods("broken", 1, cpu=1, created=0)]
+    snap = snapshot([node("n", cpu="8")], broken + gang_pods("good", 2, cpu=1, created=10),
+                    [group("broken", created=0), group("good", min_member=2, created=10)], now=1000)
+    queue = GangQueue(initial_backoff=1, max_backoff=4, reservation_after_seconds=0)
+    for key in ("default/broken", "default/good"):
+        queue.set_waiting_since(key, snap.now - 1)
+    plan = schedule_cycle(snap, queue)
+    assert plan.verdicts["default/broken"].reason == REASON_INTERNAL_ERROR
+    assert "TypeError" in plan.verdicts["default/broken"].message
+    assert sorted(b.pod_name for b in plan.bindings) == ["good-0", "good-1"]
+
+
 # ---- configuration -----------------------------------------------------------------
 
 
