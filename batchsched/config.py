@@ -1,39 +1,51 @@
-"""Scheduler configuration: YAML validated by pydantic (configs/scheduler.yaml documents every field)."""
+"""Scheduler configuration: YAML validated by pydantic (configs/scheduler.yaml documents every field).
+
+Every number must be finite (no .inf or .nan) and every duration between 0
+and ``MAX_SECONDS``; a bad file is refused at start with one line naming
+each bad key (``ConfigError``).
+"""
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from batchsched.api import constants
 from batchsched.core.config import CoreConfig
 from batchsched.core.preemption.policy import PreemptionPolicy
 
 
+MAX_SECONDS = 365 * 24 * 3600  # a year: longer durations are typos, and .inf would turn a feature off
+
+
+class ConfigError(ValueError):
+    """The configuration file is unreadable or invalid; the message is one line."""
+
+
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, allow_inf_nan=False)
 
 
 class QueueConfig(_Strict):
-    initial_backoff_seconds: float = Field(1.0, alias="initialBackoffSeconds", gt=0)
-    max_backoff_seconds: float = Field(60.0, alias="maxBackoffSeconds", gt=0)
-    reservation_after_seconds: float = Field(60.0, alias="reservationAfterSeconds", ge=0)
+    initial_backoff_seconds: float = Field(1.0, alias="initialBackoffSeconds", gt=0, le=MAX_SECONDS)
+    max_backoff_seconds: float = Field(60.0, alias="maxBackoffSeconds", gt=0, le=MAX_SECONDS)
+    reservation_after_seconds: float = Field(60.0, alias="reservationAfterSeconds", ge=0, le=MAX_SECONDS)
     max_gangs_per_cycle: int = Field(1000, alias="maxGangsPerCycle", ge=1)
 
 
 class BindingConfig(_Strict):
     parallelism: int = Field(32, ge=1, le=1024)
     retries: int = Field(3, ge=0, le=20)
-    partial_gang_timeout_seconds: float = Field(300.0, alias="partialGangTimeoutSeconds", gt=0)
+    partial_gang_timeout_seconds: float = Field(300.0, alias="partialGangTimeoutSeconds", gt=0, le=MAX_SECONDS)
 
 
 class VictimSelector(_Strict):
     namespaces: list[str] = Field(default_factory=list)
     match_labels: dict[str, str] = Field(default_factory=dict, alias="matchLabels")
     priority_class_names: list[str] = Field(default_factory=list, alias="priorityClassNames")
-    min_runtime_seconds: float = Field(0.0, alias="minRuntimeSeconds", ge=0)
+    min_runtime_seconds: float = Field(0.0, alias="minRuntimeSeconds", ge=0, le=MAX_SECONDS)
     gangs: Literal["whole", "never"] = "whole"
     opt_out_namespaces: list[str] = Field(default_factory=list, alias="optOutNamespaces")
 
@@ -48,10 +60,10 @@ class PreemptionConfig(_Strict):
     victims: VictimSelector = Field(default_factory=VictimSelector)
     preemptors: PreemptorSelector = Field(default_factory=PreemptorSelector)
     max_victims_per_cycle: int = Field(64, alias="maxVictimsPerCycle", ge=1)
-    node_cooldown_seconds: float = Field(30.0, alias="nodeCooldownSeconds", ge=0)
-    nomination_timeout_seconds: float = Field(120.0, alias="nominationTimeoutSeconds", gt=0)
-    refusal_backoff_seconds: float = Field(60.0, alias="refusalBackoffSeconds", gt=0)
-    eviction_retry_seconds: float = Field(30.0, alias="evictionRetrySeconds", ge=0)
+    node_cooldown_seconds: float = Field(30.0, alias="nodeCooldownSeconds", ge=0, le=MAX_SECONDS)
+    nomination_timeout_seconds: float = Field(120.0, alias="nominationTimeoutSeconds", gt=0, le=MAX_SECONDS)
+    refusal_backoff_seconds: float = Field(60.0, alias="refusalBackoffSeconds", gt=0, le=MAX_SECONDS)
+    eviction_retry_seconds: float = Field(30.0, alias="evictionRetrySeconds", ge=0, le=MAX_SECONDS)
     # Evict (PodDisruptionBudgets hold) or Delete (they do not: only when explicitly chosen).
     mode: Literal["Evict", "Delete"] = "Evict"
 
@@ -79,9 +91,9 @@ class LeaderElectionConfig(_Strict):
     lease_name: str = Field("batchsched", alias="leaseName", min_length=1)
     # "": the namespace batchsched runs in ($POD_NAMESPACE, else the service account's), else "default"
     lease_namespace: str = Field("", alias="leaseNamespace")
-    lease_duration_seconds: float = Field(10.0, alias="leaseDurationSeconds", gt=0)
-    renew_deadline_seconds: float = Field(7.0, alias="renewDeadlineSeconds", gt=0)
-    retry_period_seconds: float = Field(2.0, alias="retryPeriodSeconds", gt=0)
+    lease_duration_seconds: float = Field(10.0, alias="leaseDurationSeconds", gt=0, le=MAX_SECONDS)
+    renew_deadline_seconds: float = Field(7.0, alias="renewDeadlineSeconds", gt=0, le=MAX_SECONDS)
+    retry_period_seconds: float = Field(2.0, alias="retryPeriodSeconds", gt=0, le=MAX_SECONDS)
 
     @model_validator(mode="after")
     def _ordered(self) -> "LeaderElectionConfig":
@@ -113,7 +125,7 @@ class SchedulerConfig(_Strict):
     binding: BindingConfig = Field(default_factory=BindingConfig)
     preemption: PreemptionConfig = Field(default_factory=PreemptionConfig)
     topology: TopologyConfig = Field(default_factory=TopologyConfig)
-    status_min_interval_seconds: float = Field(1.0, alias="statusMinIntervalSeconds", ge=0)
+    status_min_interval_seconds: float = Field(1.0, alias="statusMinIntervalSeconds", ge=0, le=MAX_SECONDS)
     log_level: str = Field("INFO", alias="logLevel", pattern="^(DEBUG|INFO|WARNING|ERROR)$")
     log_format: Literal["text", "json"] = Field("text", alias="logFormat")
     leader_election: LeaderElectionConfig = Field(default_factory=LeaderElectionConfig, alias="leaderElection")
@@ -139,7 +151,21 @@ class SchedulerConfig(_Strict):
 
 
 def load_config(path: str | Path | None) -> SchedulerConfig:
+    """The configuration in ``path`` (None: the defaults); raises ConfigError."""
     if path is None:
         return SchedulerConfig()
-    data = yaml.safe_load(Path(path).read_text()) or {}
-    return SchedulerConfig.model_validate(data)
+    try:
+        data = yaml.safe_load(Path(path).read_text()) or {}
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise ConfigError(f"config {path}: " + " ".join(str(exc).split())) from None
+    return validate_config(data, str(path))
+
+
+def validate_config(data: object, source: str = "config") -> SchedulerConfig:
+    """``data`` (parsed YAML) as a SchedulerConfig; raises ConfigError naming each bad key."""
+    try:
+        return SchedulerConfig.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(part) for part in err['loc']) or '(top level)'}: {err['msg']}" for err in exc.errors())
+        raise ConfigError(f"config {source}: " + " ".join(problems.split())) from None

@@ -13,7 +13,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from batchsched.api import constants
 
 Phase = Literal["Pending", "Queued", "Scheduled", "Running", "Succeeded", "Failed"]
-Quantity = int | str
+# Bounded as crds/podgroup.yaml bounds them; batchsched.core.resources bounds the values.
+Quantity = int | Annotated[str, Field(max_length=64)]
+ResourceName = Annotated[str, Field(min_length=1, max_length=253)]
+MAX_MIN_RESOURCES = 32
+MAX_INT32 = 2**31 - 1
 
 
 class _Model(BaseModel):
@@ -38,9 +42,10 @@ class TopologyPolicySpec(_Model):
 
 class PodGroupSpec(_Model):
     min_member: Annotated[int, Field(ge=1, le=100_000, strict=True)] = Field(1, alias="minMember")
-    min_resources: dict[str, Quantity] | None = Field(None, alias="minResources")
+    min_resources: dict[ResourceName, Quantity] | None = Field(None, alias="minResources",
+                                                                 max_length=MAX_MIN_RESOURCES)
     priority_class_name: str | None = Field(None, alias="priorityClassName", max_length=253)
-    schedule_timeout_seconds: Annotated[int, Field(ge=1, strict=True)] | None = Field(
+    schedule_timeout_seconds: Annotated[int, Field(ge=1, le=MAX_INT32, strict=True)] | None = Field(
         None, alias="scheduleTimeoutSeconds")
     preemption_policy: Literal["PreemptLowerPriority", "Never"] | None = Field(None, alias="preemptionPolicy")
     topology_policy: TopologyPolicySpec | None = Field(None, alias="topologyPolicy")

@@ -27,6 +27,7 @@ from batchsched.core.preemption.policy import PreemptionPolicy, PreemptionState
 from batchsched.core.queueing.queue import GangQueue
 from batchsched.core.resources import Resources
 from batchsched.core.snapshot import Snapshot
+from batchsched.core.text import clip
 from batchsched.core.topology.accounting import room_of
 
 REASON_SCHEDULED = "Scheduled"
@@ -34,6 +35,7 @@ REASON_UNSCHEDULABLE = "Unschedulable"
 REASON_QUORUM_NOT_REACHED = "QuorumNotReached"
 REASON_SCHEDULE_TIMEOUT = "ScheduleTimeout"
 REASON_PARTIAL_TIMEOUT = "PartialGangTimeout"
+REASON_INTERNAL_ERROR = "InternalError"  # trying the gang raised; see its message
 # PodGroupNotFound and InvalidPodGroup come from batchsched.core.gangs.
 
 
@@ -126,35 +128,23 @@ def schedule_cycle(snapshot: Snapshot, queue: GangQueue, config: CoreConfig = Co
         if not queue.ready(key, now) or key in starting_over:
             continue
         attempts += 1
-        gang = gangs[key]
-        too_big = _beyond_cluster(gang.spec.min_resources, cluster_total)
-        if too_big:
+        # One gang's unforeseen failure (a bug, a value no check foresaw) is
+        # that gang's verdict: the gangs after it are still tried.
+        before = (len(plan.bindings), len(plan.evictions), len(plan.nominations), frozenset(evicting))
+        holds_given: dict[str, Resources] = {}
+        try:
+            _try_gang(snapshot, gangs, key, queue, config, preemption, preemption_state, capacity, cluster_total,
+                      holds, withheld, evicting, plan, holds_given)
+        except Exception as exc:  # noqa: BLE001 - isolated per gang, reported in its verdict
+            del plan.bindings[before[0]:], plan.evictions[before[1]:], plan.nominations[before[2]:]
+            evicting.intersection_update(before[3])
+            # Held room lent to it is taken back; room it may have taken stays
+            # taken: the cycle may end with less room, never with more.
+            _give(capacity, holds_given, res.subtract)
             queue.record_failure(key, now)
-            plan.verdicts[key] = Verdict(False, REASON_UNSCHEDULABLE, (
-                f"Gang {key} minResources exceed the allocatable of all nodes together: {too_big}."))
-            continue
-        own_holds = _released_for(withheld, holds.withheld(key)) if key in holds.claims else {}
-        _give(capacity, own_holds, res.add)
-        result = plan_gang(gang.pending, gang.need, capacity, reserved=queue.reserved_against(key),
-                           **_topology_args(gang, config))
-        if isinstance(result, PlanFailure):
-            queue.record_failure(key, now)
-            message = result.message
-            nominated_before = len(plan.nominations)
-            if gang.need and preemption.enabled:
-                message += " " + _preempt(snapshot, gangs, gang, preemption, preemption_state, capacity,
-                                          holds.going_for(key), queue.reserved_against(key), evicting, plan)
-            if len(plan.nominations) == nominated_before:
-                _give(capacity, own_holds, res.subtract)  # its claims stand; new ones would replace them
-            plan.verdicts[key] = Verdict(False, REASON_UNSCHEDULABLE, message)
-            continue
-        queue.record_success(key)
-        if result.unplaced:
-            queue.record_failure(key, now)  # back off retrying the members that did not fit
-        plan.bindings.extend(
-            Binding(a.pod.uid, a.pod.namespace, a.pod.name, a.node_name, key, a.gpu_ids)
-            for a in result.assignments)
-        plan.verdicts[key] = Verdict(True, REASON_SCHEDULED, _scheduled_message(gang, result))
+            plan.verdicts[key] = Verdict(False, REASON_INTERNAL_ERROR, (
+                f"Gang {key} could not be tried: {type(exc).__name__}: {clip(str(exc), 300)}; "
+                "it is retried after a backoff."))
     return plan
 
 
@@ -174,6 +164,46 @@ def _start_over_partial_gangs(gangs: Mapping[str, Gang], queue: GangQueue, now: 
         queue.started_over[key] = message
         keys.add(key)
     return keys
+
+
+def _try_gang(snapshot: Snapshot, gangs: GangIndex, key: str, queue: GangQueue, config: CoreConfig,
+              preemption: PreemptionPolicy, preemption_state: PreemptionState, capacity: CapacityIndex,
+              cluster_total: Mapping[str, int], holds: NominationHolds, withheld: Mapping[str, Resources],
+              evicting: set[str], plan: CyclePlan, holds_given: dict[str, Resources]) -> None:
+    """Plan one ready gang into ``plan``; ``holds_given`` is kept to the
+    held room lent to it for the attempt (for a failure to take back)."""
+    now = snapshot.now
+    gang = gangs[key]
+    too_big = _beyond_cluster(gang.spec.min_resources, cluster_total)
+    if too_big:
+        queue.record_failure(key, now)
+        plan.verdicts[key] = Verdict(False, REASON_UNSCHEDULABLE, (
+            f"Gang {key} minResources exceed the allocatable of all nodes together: {too_big}."))
+        return
+    own_holds = _released_for(withheld, holds.withheld(key)) if key in holds.claims else {}
+    _give(capacity, own_holds, res.add)
+    holds_given.update(own_holds)
+    result = plan_gang(gang.pending, gang.need, capacity, reserved=queue.reserved_against(key),
+                       **_topology_args(gang, config))
+    if isinstance(result, PlanFailure):
+        queue.record_failure(key, now)
+        message = result.message
+        nominated_before = len(plan.nominations)
+        if gang.need and preemption.enabled:
+            message += " " + _preempt(snapshot, gangs, gang, preemption, preemption_state, capacity,
+                                      holds.going_for(key), queue.reserved_against(key), evicting, plan)
+        if len(plan.nominations) == nominated_before:
+            _give(capacity, own_holds, res.subtract)  # its claims stand; new ones would replace them
+            holds_given.clear()
+        plan.verdicts[key] = Verdict(False, REASON_UNSCHEDULABLE, message)
+        return
+    queue.record_success(key)
+    if result.unplaced:
+        queue.record_failure(key, now)  # back off retrying the members that did not fit
+    plan.bindings.extend(
+        Binding(a.pod.uid, a.pod.namespace, a.pod.name, a.node_name, key, a.gpu_ids)
+        for a in result.assignments)
+    plan.verdicts[key] = Verdict(True, REASON_SCHEDULED, _scheduled_message(gang, result))
 
 
 def _give(capacity: CapacityIndex, amounts: Mapping[str, Resources], op: Callable) -> None:
@@ -239,9 +269,14 @@ def _refresh_reservation(snapshot: Snapshot, gangs: Mapping[str, Gang], queue: G
         # bound or ended) change the picture on the nodes of their pods.
         turned = drainable ^ before[1] if before and before[0] == gang.key else frozenset()
         nodes = {p.node_name for k in turned for p in (cluster.pods[u] for u in cluster.gang_uids(k)) if p.node_name}
-        drained = kept_index(cluster, "drained", gang.key, _drained_entry(snapshot, drainable), also_changed=nodes)
-        result = plan_gang(gang.pending, gang.need, drained, **_topology_args(gang, config))
-        if isinstance(result, PlanFailure):
+        try:
+            drained = kept_index(cluster, "drained", gang.key, _drained_entry(snapshot, drainable),
+                                 also_changed=nodes)
+            result = plan_gang(gang.pending, gang.need, drained, **_topology_args(gang, config))
+        except Exception:  # noqa: BLE001 - its own attempt reports it (InternalError); others go on
+            cluster.caches.pop("drained", None)  # maybe half updated: rebuilt on next use
+            result = None
+        if result is None or isinstance(result, PlanFailure):
             queue.mark_hopeless(key)
             continue
         queue.reserve(key, {a.node_name for a in result.assignments[:gang.need]})

@@ -282,13 +282,20 @@ def pod_from_json(obj: Mapping[str, Any]) -> PodInfo:
     )
 
 
+# Tenants write pod annotations: the gpu-ids one is bounded before it is read.
+MAX_GPU_IDS_LENGTH = 1024
+MAX_GPU_ID = 4095
+
+
 def parse_gpu_ids(text: str | None) -> tuple[int, ...]:
-    if not text:
+    """The gpu-ids annotation ("0,1,2,3"); () when absent or malformed (the
+    pod's GPUs then count with unknown identity, docs/topology.md)."""
+    if not text or len(text) > MAX_GPU_IDS_LENGTH:
         return ()
-    try:
-        return tuple(sorted(int(p) for p in text.split(",") if p.strip()))
-    except ValueError:
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    if not all(p.isascii() and p.isdigit() and int(p) <= MAX_GPU_ID for p in parts):
         return ()
+    return tuple(sorted(int(p) for p in parts))
 
 
 def node_from_json(obj: Mapping[str, Any]) -> NodeInfo:
@@ -304,13 +311,19 @@ def node_from_json(obj: Mapping[str, Any]) -> NodeInfo:
             allocatable[name] = res.canonical(name, q)
         except res.QuantityError:
             continue  # a malformed quantity makes that resource unavailable
+    labels = meta.get("labels") or {}
+    try:  # the device plugin's GPUs, unhealthy ones too (allocatable leaves those out)
+        gpu_capacity = res.canonical(constants.GPU_RESOURCE,
+                                     (status.get("capacity") or {}).get(constants.GPU_RESOURCE, 0))
+    except res.QuantityError:
+        gpu_capacity = 0
     topology, topology_error = _node_topology(
         meta.get("name", ""), (meta.get("annotations") or {}).get(constants.GPU_TOPOLOGY_ANNOTATION),
-        allocatable.get(constants.GPU_RESOURCE, 0))
+        allocatable, gpu_capacity, labels)
     return NodeInfo(
         name=meta.get("name", ""),
         allocatable=allocatable,
-        labels=dict(meta.get("labels") or {}),
+        labels=dict(labels),
         annotations=dict(meta.get("annotations") or {}),
         taints=tuple(
             Taint(t.get("key", ""), t.get("value") or "", t.get("effect", ""))
@@ -323,17 +336,51 @@ def node_from_json(obj: Mapping[str, Any]) -> NodeInfo:
     )
 
 
-def _node_topology(node_name: str, annotation: str | None, gpus: int) -> tuple[GpuTopology | None, str]:
-    """The node's topology, or None and why a present annotation is unusable."""
+def gpu_replicas(labels: Mapping[str, str]) -> int | None:
+    """How many pods share each GPU, from GPU feature discovery's labels: 1
+    when not shared (time-slicing, MPS, replicas > 1); None when shared by a
+    count the labels do not give."""
+    replicas = labels.get(constants.GPU_REPLICAS_LABEL, "1")
+    if replicas.isascii() and replicas.isdigit() and int(replicas) > 1:
+        return int(replicas)
+    return None if labels.get(constants.GPU_SHARING_STRATEGY_LABEL, "none") in ("time-slicing", "mps") else 1
+
+
+def has_mig_devices(labels: Mapping[str, str], allocatable: Mapping[str, int]) -> bool:
+    """The node's GPUs are carved into MIG devices."""
+    return labels.get(constants.MIG_STRATEGY_LABEL) == "single" or any(
+        name.startswith(constants.MIG_RESOURCE_PREFIX) for name in allocatable)
+
+
+def _node_topology(node_name: str, annotation: str | None, allocatable: Mapping[str, int], capacity: int,
+                   labels: Mapping[str, str]) -> tuple[GpuTopology | None, str]:
+    """The node's topology, or None and why a present annotation is unusable.
+
+    Each nvidia.com/gpu is one GPU, or one of ``replicas`` shares of one on
+    a node that shares them.  The topology must cover every allocatable GPU
+    and describe no more than the node has: its capacity (which counts
+    unhealthy GPUs too), else its allocatable.  Where the count cannot tell
+    (MIG devices, or sharing without a replica count), only the topology's
+    own bounds hold.
+    """
     if annotation is None:
         return None, ""
+    where = f"node {node_name}: annotation {constants.GPU_TOPOLOGY_ANNOTATION}"
     try:
         topology = from_annotation(annotation)
     except TopologyError as exc:
-        return None, f"node {node_name}: annotation {constants.GPU_TOPOLOGY_ANNOTATION} is invalid: {exc}"
-    if gpus > len(topology):
-        return None, (f"node {node_name}: annotation {constants.GPU_TOPOLOGY_ANNOTATION} describes "
-                      f"{len(topology)} GPUs but the node allocates {gpus} {constants.GPU_RESOURCE}")
+        return None, f"{where} is invalid: {exc}"
+    replicas = gpu_replicas(labels)
+    if replicas is None or has_mig_devices(labels, allocatable):
+        return topology, ""
+    gpus = allocatable.get(constants.GPU_RESOURCE, 0)
+    shares = f" ({replicas} replicas per GPU)" if replicas > 1 else ""
+    if gpus > len(topology) * replicas:
+        return None, (f"{where} describes {len(topology)} GPUs but the node allocates {gpus} "
+                      f"{constants.GPU_RESOURCE}{shares}")
+    if len(topology) * replicas > max(gpus, capacity):
+        return None, (f"{where} describes {len(topology)} GPUs, more than the node has: {max(gpus, capacity)} "
+                      f"{constants.GPU_RESOURCE}{shares}")
     return topology, ""
 
 

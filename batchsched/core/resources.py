@@ -3,6 +3,12 @@
 cpu is counted in millicores, memory and storage in bytes, every other
 resource (pods, nvidia.com/gpu, MIG profiles, ...) in whole units, rounded up
 the way the API server rounds a quantity's integer value.
+
+Quantities come from tenants (PodGroup minResources, pod requests), so they
+are bounded before any arithmetic: at most ``MAX_QUANTITY_LENGTH``
+characters, a decimal exponent of at most ``MAX_EXPONENT`` either way, and a
+canonical magnitude of at most ``MAX_CANONICAL`` (2^63-1, where the API
+server's resource.Quantity stops too).  Parsing is O(length).
 """
 from __future__ import annotations
 
@@ -11,6 +17,8 @@ import math
 import re
 from fractions import Fraction
 from typing import Mapping
+
+from batchsched.core.text import clip
 
 Resources = dict[str, int]
 
@@ -23,6 +31,9 @@ _SUFFIX = {
     "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
     "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
 }
+MAX_QUANTITY_LENGTH = 64
+MAX_EXPONENT = 64
+MAX_CANONICAL = 2**63 - 1
 _QUANTITY = re.compile(r"^([+-]?[0-9.]+)(?:[eE]([+-]?[0-9]+))?(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]?)$")
 
 
@@ -31,10 +42,22 @@ class QuantityError(ValueError):
 
 
 def parse_quantity(text: str | int | float) -> Fraction:
-    """Parse a Kubernetes quantity ("500m", "1Gi", "2e3") exactly."""
-    if isinstance(text, (int, float)):
+    """Parse a Kubernetes quantity ("500m", "1Gi", "2e3") exactly; raises
+    QuantityError for anything else, or beyond the bounds above."""
+    if isinstance(text, bool):
+        raise QuantityError(f"invalid quantity {text!r}")
+    if isinstance(text, int):
+        if abs(text) > MAX_CANONICAL:
+            raise QuantityError(f"quantity {_shown(text)} exceeds {MAX_CANONICAL}")
         return Fraction(text)
-    match = _QUANTITY.match(str(text).strip())
+    if isinstance(text, float):
+        if not math.isfinite(text) or abs(text) > MAX_CANONICAL:
+            raise QuantityError(f"quantity {text!r} is not a finite number up to {MAX_CANONICAL}")
+        return Fraction(text)
+    if not isinstance(text, str) or len(text) > MAX_QUANTITY_LENGTH:
+        raise QuantityError(f"invalid quantity {_shown(text)}: not a string of at most "
+                            f"{MAX_QUANTITY_LENGTH} characters")
+    match = _QUANTITY.match(text.strip())
     if not match:
         raise QuantityError(f"invalid quantity {text!r}")
     number, exponent, suffix = match.groups()
@@ -43,8 +66,16 @@ def parse_quantity(text: str | int | float) -> Fraction:
     except ValueError as exc:
         raise QuantityError(f"invalid quantity {text!r}") from exc
     if exponent:
-        value *= Fraction(10) ** int(exponent)
+        power = int(exponent)
+        if abs(power) > MAX_EXPONENT:  # 10**power is what would take hours
+            raise QuantityError(f"quantity {text!r}: exponent beyond +-{MAX_EXPONENT}")
+        value *= Fraction(10) ** power
     return value * _SUFFIX[suffix]
+
+
+def _shown(value: object) -> str:
+    """A hostile value, short enough for a message (a huge int is not even printed)."""
+    return clip(repr(value), MAX_QUANTITY_LENGTH) if not isinstance(value, int) else f"of {value.bit_length()} bits"
 
 
 def canonical(name: str, text: str | int | float) -> int:
@@ -63,7 +94,11 @@ def _canonical(name: str, text: str | int | float) -> int:
     value = parse_quantity(text)
     if name == CPU:
         value *= 1000
-    return math.ceil(value)
+    amount = math.ceil(value)
+    if abs(amount) > MAX_CANONICAL:
+        raise QuantityError(f"{name} quantity {_shown(text)} exceeds {MAX_CANONICAL} "
+                            f"{'millicores' if name == CPU else 'canonical units'}")
+    return amount
 
 
 def parse_resource_map(raw: Mapping[str, object] | None) -> Resources:

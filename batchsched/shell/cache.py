@@ -11,11 +11,18 @@ resumes from the last resourceVersion seen; ``410 Gone`` relists at once;
 any other error reconnects with capped exponential backoff.  A relist
 replaces the confirmed state but keeps assumptions, so bindings in flight
 are not forgotten.
+
+Nothing ends a reflector but cancellation: an object that cannot be
+converted is reported (``on_bad_object``) and skipped, and any other
+exception while listing, watching or applying is logged and followed by a
+relist, the reflector counting as not synced (``error``) until that
+relist succeeds.
 """
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import logging
 from typing import Callable, Iterable, Mapping
 
@@ -25,11 +32,15 @@ from batchsched.api import constants
 from batchsched.core.cluster import ClusterState
 from batchsched.core.model import GroupSpec, NodeInfo, PodInfo, group_from_json, node_from_json, pod_from_json
 from batchsched.core.snapshot import Snapshot
+from batchsched.core.text import clip
 from batchsched.shell.kube import ApiError, Kube
 
 log = logging.getLogger(__name__)
 
 PODGROUPS_PATH = f"/apis/{constants.GROUP}/{constants.VERSION}/podgroups"
+# A refused PodGroup's reason goes into its status condition and an Event:
+# kept short whatever the object (hostile keys are echoed in the reason).
+MAX_PROBLEM_LENGTH = 2000
 
 
 class Reflector:
@@ -42,6 +53,7 @@ class Reflector:
         self.replace, self.apply = replace, apply
         self.on_restart = on_restart or (lambda kind, why: None)
         self.synced = asyncio.Event()
+        self.error = ""  # why the collection is not in step now ("" while it is)
 
     async def list_once(self) -> tuple[list[dict], str]:
         """Every object of the collection (paginated) and the list's resourceVersion."""
@@ -61,6 +73,7 @@ class Reflector:
             try:
                 items, rv = await self.list_once()
                 self.replace(items)
+                self.error = ""
                 self.synced.set()
                 while True:
                     async for event in self.kube.watch(self.path, rv, timeout_seconds=290):
@@ -77,12 +90,19 @@ class Reflector:
                     self.on_restart(self.kind, "gone")
                     continue
                 log.warning("%s list/watch failed: %s; retrying in %.1fs", self.kind, exc, backoff)
-                self.on_restart(self.kind, "error")
-            except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError) as exc:
+                self._failed(f"list/watch failed: {exc}")
+            except (aiohttp.ClientError, asyncio.TimeoutError, OSError, json.JSONDecodeError) as exc:
                 log.warning("%s list/watch connection failed: %r; retrying in %.1fs", self.kind, exc, backoff)
-                self.on_restart(self.kind, "error")
+                self._failed(f"list/watch connection failed: {exc!r}")
+            except Exception as exc:  # noqa: BLE001 - a bad answer or a bug: relist rather than die
+                log.exception("%s cache update failed; relisting in %.1fs", self.kind, backoff)
+                self._failed(f"cache update failed: {type(exc).__name__}: {exc}")
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, 30.0)
+
+    def _failed(self, why: str) -> None:
+        self.error = clip(why, 300)
+        self.on_restart(self.kind, "error")
 
 
 class ClusterCache:
@@ -128,7 +148,7 @@ class ClusterCache:
     def _convert_pod(self, obj: dict) -> PodInfo | None:
         try:
             pod = pod_from_json(obj)
-        except (ValueError, TypeError, KeyError) as exc:
+        except Exception as exc:  # noqa: BLE001 - whatever a hostile pod holds, it alone is skipped
             meta = obj.get("metadata") or {}
             log.warning("ignoring pod %s/%s: %s", meta.get("namespace"), meta.get("name"), exc)
             self.on_bad_object("Pod", obj, str(exc))
@@ -222,8 +242,13 @@ class ClusterCache:
         labels = (obj.get("metadata") or {}).get("labels") or {}
         return all(labels.get(k) == v for k, v in self.node_selector.items())
 
-    def _convert_node(self, obj: dict, old: NodeInfo | None) -> NodeInfo:
-        node = node_from_json(obj)
+    def _convert_node(self, obj: dict, old: NodeInfo | None) -> NodeInfo | None:
+        try:
+            node = node_from_json(obj)
+        except Exception as exc:  # noqa: BLE001 - whatever a node holds, it alone is skipped
+            log.warning("ignoring node %s: %r", (obj.get("metadata") or {}).get("name"), exc)
+            self.on_bad_object("Node", obj, f"node not used: {type(exc).__name__}: {exc}")
+            return None
         if node.topology_error and (old is None or old.topology_error != node.topology_error):
             # reported once per new problem, not on every status update of the node
             log.warning("%s; treating its GPUs as flat", node.topology_error)
@@ -235,7 +260,8 @@ class ClusterCache:
         for obj in items:
             if self._selected(obj):
                 node = self._convert_node(obj, self.nodes.get((obj.get("metadata") or {}).get("name", "")))
-                listed[node.name] = node
+                if node is not None:
+                    listed[node.name] = node
         for name in [name for name in self.nodes if name not in listed]:
             self.state.remove_node(name)
         for node in listed.values():
@@ -250,9 +276,12 @@ class ClusterCache:
         else:
             old = self.nodes.get(name)
             node = self._convert_node(obj, old)
-            if old != node:
-                self.capacity_freed = True
-            self.state.put_node(node)
+            if node is None:
+                self.state.remove_node(name)  # what it held before is no longer known to be true
+            else:
+                if old != node:
+                    self.capacity_freed = True
+                self.state.put_node(node)
         self._notify()
 
     # ---- PodGroups and PriorityClasses ---------------------------------------
@@ -266,9 +295,12 @@ class ClusterCache:
                 raise ValueError(f"PriorityClass {class_name!r} not found")
             self.groups[key] = group_from_json(obj, self.priority_classes.get(class_name, 0) if class_name
                                                else None)
-        except (ValueError, TypeError) as exc:
-            self.invalid_groups[key] = str(exc)
-            self.on_bad_object("PodGroup", obj, str(exc))
+        except Exception as exc:  # noqa: BLE001 - whatever it holds, only this PodGroup is refused
+            why = str(exc) if isinstance(exc, (ValueError, TypeError)) else f"{type(exc).__name__}: {exc}"
+            why = clip(why, MAX_PROBLEM_LENGTH)
+            log.warning("PodGroup %s is invalid: %s", key, why)
+            self.invalid_groups[key] = why
+            self.on_bad_object("PodGroup", obj, why)
         self.touched_gangs.add(key)
 
     @staticmethod

@@ -83,6 +83,9 @@ class Metrics:
         self.cycles = Counter(
             "batchsched_scheduling_cycles", "Scheduling cycles run (one snapshot, one decision pass).",
             registry=r)
+        self.cycle_errors = Counter(
+            "batchsched_scheduling_cycle_errors", "Scheduling cycles that raised; the loop logs the error, "
+            "backs off briefly and runs the next one.", registry=r)
         self.status_writes = Counter(
             "batchsched_podgroup_status_writes", "PodGroup status writes sent (only changed statuses "
             "are written, so an idle cluster adds none).", registry=r)

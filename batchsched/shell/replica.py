@@ -66,6 +66,10 @@ def _readiness(scheduler: Scheduler, elector: LeaderElector | None) -> Callable[
     def not_ready() -> str:
         if not scheduler.ready.is_set():
             return "watch caches not synced yet"
+        out_of_step = [f"{r.kind} watch not synced since its last error ({r.error})"
+                       for r in scheduler.reflectors if r.error]
+        if out_of_step:
+            return "; ".join(out_of_step)
         if elector is not None and not elector.observed.is_set():
             return f"state of Lease {elector.namespace}/{elector.name} not known yet"
         return ""

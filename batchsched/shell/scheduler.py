@@ -36,6 +36,9 @@ CHANGE_BATCH_SECONDS = 0.005
 # With no pod to place, a cycle only books what changed (status, queue): a
 # burst of confirmations (a gang being bound) is taken in fewer cycles.
 QUIET_BATCH_SECONDS = 0.05
+# After a cycle raised: wait this long, doubling while cycles keep failing.
+CYCLE_RETRY_SECONDS = 0.5
+MAX_CYCLE_RETRY_SECONDS = 10.0
 
 
 class Scheduler:
@@ -45,6 +48,7 @@ class Scheduler:
         self.config = config
         self.core_config = config.core()
         self.cache = ClusterCache(config.scheduler_name, config.node_selector)
+        self.reflectors = self.cache.reflectors(kube)
         self.queue = GangQueue.from_config(self.core_config)
         self.binder = Binder(kube, config.binding.parallelism, config.binding.retries)
         self.binder.still_unsettled = lambda uid: uid in self.cache.assumed
@@ -62,7 +66,9 @@ class Scheduler:
         self.bound_total = 0
         self._tasks: set[asyncio.Task] = set()
         self.cache.on_bad_object = self._bad_object
-        self._node_problems: list[tuple[dict, str]] = []  # (node ref, why) not reported yet
+        # Bad objects not reported yet: (kind, namespace, name) -> (ref, reason, why).
+        # By object, so a standby (no cycles) keeps one per object however often it changes.
+        self._bad_objects: dict[tuple[str, str, str], tuple[dict, str, str]] = {}
         # With leader election, the loop waits for this: a standby keeps its
         # caches warm and acts only once it holds the lease.
         self.leading = leading
@@ -76,7 +82,7 @@ class Scheduler:
     # ---- lifecycle --------------------------------------------------------------
 
     async def run(self) -> None:
-        reflectors = self.cache.reflectors(self.kube)
+        reflectors = self.reflectors
         background = [asyncio.create_task(r.run(), name=f"reflector-{r.kind}") for r in reflectors]
         background.append(asyncio.create_task(self.status.run(), name="status-writer"))
         try:
@@ -90,8 +96,18 @@ class Scheduler:
                 log.info("standing by until this replica holds the leader lease")
                 await self.leading.wait()
             self._seed_from_cluster()  # now, so a standby sees what the old leader wrote last
+            failures = 0
             while True:
-                self.cycle()
+                try:
+                    self.cycle()
+                except Exception:  # noqa: BLE001 - the loop outlives any one cycle
+                    failures += 1
+                    delay = min(CYCLE_RETRY_SECONDS * 2 ** min(failures - 1, 10), MAX_CYCLE_RETRY_SECONDS)
+                    self.metrics.cycle_errors.inc()
+                    log.exception("scheduling cycle failed (%d in a row); next cycle in %.1fs", failures, delay)
+                    await asyncio.sleep(delay)
+                    continue
+                failures = 0
                 await self._wait_for_work()
         finally:
             for task in background + list(self._tasks):
@@ -130,10 +146,19 @@ class Scheduler:
 
     def cycle(self) -> CyclePlan:
         self.metrics.cycles.inc()
-        for ref, why in self._node_problems:
-            self.events.emit(ref, "Warning", "InvalidGpuTopology", why)
-        self._node_problems.clear()
+        for ref, reason, why in self._bad_objects.values():
+            self.events.emit(ref, "Warning", reason, why)
+        self._bad_objects.clear()
         touched, freed = self.cache.drain_changes()
+        try:
+            return self._cycle(touched, freed)
+        except Exception:
+            # What changed is not lost: the next cycle looks at it again.
+            self.cache.touched_gangs |= touched
+            self.cache.capacity_freed |= freed
+            raise
+
+    def _cycle(self, touched: set[str], freed: bool) -> CyclePlan:
         self.queue.note_changes(touched, freed)
         for key in touched:
             if key not in self.cache.groups_raw and not self.cache.members(key):
@@ -302,11 +327,13 @@ class Scheduler:
         self.status.update(key, status.to_json())
 
     def _bad_object(self, kind: str, obj: dict, why: str) -> None:
+        """Found while syncing, maybe as a standby that may not write yet:
+        the next cycle (of the leader) reports it."""
         if kind == "PodGroup":
-            self.events.emit(group_ref(obj), "Warning", "InvalidPodGroup", why)
-        elif kind == "Node":  # found while syncing, maybe as a standby: the next cycle reports it
-            self._node_problems.append((node_ref(obj), why))
+            ref, reason = group_ref(obj), "InvalidPodGroup"
+        elif kind == "Node":
+            ref, reason = node_ref(obj), "InvalidGpuTopology"
         else:
             meta = obj.get("metadata") or {}
-            self.events.emit(pod_ref(meta.get("namespace", ""), meta.get("name", ""), meta.get("uid", "")),
-                             "Warning", "InvalidPod", why)
+            ref, reason = pod_ref(meta.get("namespace", ""), meta.get("name", ""), meta.get("uid", "")), "InvalidPod"
+        self._bad_objects[(ref["kind"], ref.get("namespace") or "", ref["name"])] = (ref, reason, why)

@@ -1,9 +1,10 @@
 """The one HTTP server: ``/healthz``, ``/readyz`` and ``/metrics``.
 
 ``/healthz`` answers while the event loop runs (a wedged loop fails the
-liveness probe).  ``/readyz`` answers 200 once the watch caches are synced
-and the leader lease's state is known (held here, or held by another
-replica: a standby is ready too); otherwise 503 and why.
+liveness probe).  ``/readyz`` answers 200 once the watch caches are synced,
+while none of them has failed since its last successful list, and once the
+leader lease's state is known (held here, or held by another replica: a
+standby is ready too); otherwise 503 and why.
 """
 from __future__ import annotations
 

@@ -134,3 +134,33 @@ def test_the_gang_index_follows_adds_deletes_and_relabels(cache):
     assert [p.name for p in cache.members("ns/h")] == ["b"]
     cache._apply_pod("DELETED", pod_json("a", "u1", group="g"))
     assert cache.members("ns/g") == []
+
+
+def node_json(name: str, allocatable: object = None) -> dict:
+    return {"metadata": {"name": name},
+            "status": {"allocatable": {"cpu": "8"} if allocatable is None else allocatable,
+                       "conditions": [{"type": "Ready", "status": "True"}]}}
+
+
+def test_a_node_that_does_not_convert_is_reported_and_skipped_not_fatal(cache):
+    bad = []
+    cache.on_bad_object = lambda kind, obj, why: bad.append((kind, obj["metadata"]["name"], why))
+    cache._replace_nodes([node_json("broken", allocatable=["not", "a", "map"]), node_json("good")])
+    assert list(cache.nodes) == ["good"]
+    assert bad and bad[0][:2] == ("Node", "broken") and "AttributeError" in bad[0][2]
+    cache._apply_node("MODIFIED", node_json("good", allocatable=["broken", "now"]))
+    assert list(cache.nodes) == []  # what it said before may no longer hold: not used
+    cache._apply_node("MODIFIED", node_json("good"))
+    assert list(cache.nodes) == ["good"]
+
+
+def test_a_podgroup_failing_in_an_unforeseen_way_is_invalid_and_the_others_convert(cache):
+    bad = []
+    cache.on_bad_object = lambda kind, obj, why: bad.append((kind, why))
+    cache._replace_groups([
+        {"metadata": {"name": "odd", "namespace": "ns", "annotations": ["not", "a", "map"]}, "spec": {"minMember": 1}},
+        {"metadata": {"name": "fine", "namespace": "ns"}, "spec": {"minMember": 2}},
+    ])
+    assert "AttributeError" in cache.invalid_groups["ns/odd"]
+    assert cache.groups["ns/fine"].min_member == 2
+    assert bad == [("PodGroup", cache.invalid_groups["ns/odd"])]

@@ -91,5 +91,25 @@ def test_an_annotation_with_fewer_gpus_than_the_node_allocates_is_not_used():
     node = topology_node("n", fixture("pcie-switch-pairs-8gpu.txt"), gpus=16)
     assert node.topology is None
     assert "describes 8 GPUs but the node allocates 16 nvidia.com/gpu" in node.topology_error
-    # fewer allocatable than described (a GPU fell off the bus): the topology stays usable
-    assert topology_node("m", fixture("pcie-switch-pairs-8gpu.txt"), gpus=7).topology is not None
+    # fewer allocatable than described (a GPU fell off the bus, its capacity
+    # still counts it): the topology stays usable
+    assert topology_node("m", fixture("pcie-switch-pairs-8gpu.txt"), gpus=7, capacity=8).topology is not None
+
+
+def test_an_annotation_with_more_gpus_than_the_node_has_is_not_used():
+    for capacity in (None, 7):  # capacity absent: allocatable is all the node has
+        node = topology_node("n", fixture("pcie-switch-pairs-8gpu.txt"), gpus=7, capacity=capacity)
+        assert node.topology is None
+        assert "describes 8 GPUs, more than the node has: 7 nvidia.com/gpu" in node.topology_error
+
+
+def test_shared_gpus_are_counted_per_replica_and_mig_nodes_by_the_bounds_only():
+    topology = fixture("pcie-switch-pairs-8gpu.txt")
+    replicas = {constants.GPU_REPLICAS_LABEL: "4"}
+    assert topology_node("r", topology, gpus=32, labels=replicas).topology_error == ""
+    assert "describes 8 GPUs, more than the node has: 28 nvidia.com/gpu (4 replicas per GPU)" in \
+        topology_node("r", topology, gpus=28, labels=replicas).topology_error
+    time_sliced = {constants.GPU_SHARING_STRATEGY_LABEL: "time-slicing"}  # shares per GPU unknown
+    assert topology_node("t", topology, gpus=80, labels=time_sliced).topology_error == ""
+    mig = {constants.MIG_STRATEGY_LABEL: "single"}  # nvidia.com/gpu counts MIG devices
+    assert topology_node("m", topology, gpus=56, labels=mig).topology_error == ""

@@ -23,8 +23,9 @@ def fixture(name: str) -> GpuTopology:
 
 def topology_node(name: str, topology: GpuTopology | None = None, *, gpus: int | None = None,
                   cpu: str = "64", memory: str = "512Gi", labels=None, annotation: str | None = None,
-                  extra=None) -> NodeInfo:
-    """A Ready node carrying ``topology`` (or a raw ``annotation``) the way the API server sends it."""
+                  extra=None, capacity: int | None = None) -> NodeInfo:
+    """A Ready node carrying ``topology`` (or a raw ``annotation``) the way the API server sends it;
+    ``capacity``: its status.capacity nvidia.com/gpu, when it differs from allocatable."""
     annotations = {}
     if topology is not None:
         annotations[constants.GPU_TOPOLOGY_ANNOTATION] = to_annotation(topology)
@@ -34,7 +35,8 @@ def topology_node(name: str, topology: GpuTopology | None = None, *, gpus: int |
     allocatable = {"cpu": cpu, "memory": memory, "pods": "110", **(extra or {})}
     if count:
         allocatable[constants.GPU_RESOURCE] = str(count)
-    return node_from_json({
-        "metadata": {"name": name, "labels": labels or {}, "annotations": annotations},
-        "status": {"allocatable": allocatable, "conditions": [{"type": "Ready", "status": "True"}]},
-    })
+    status = {"allocatable": allocatable, "conditions": [{"type": "Ready", "status": "True"}]}
+    if capacity is not None:
+        status["capacity"] = {**allocatable, constants.GPU_RESOURCE: str(capacity)}
+    return node_from_json({"metadata": {"name": name, "labels": labels or {}, "annotations": annotations},
+                           "status": status})

@@ -8,7 +8,8 @@ its predecessor handed out.
   identity*: they count against the node's nvidia.com/gpu like every GPU
   (the resource counts stay exact) but mark no id.
 * A node's GPUs have ids when they can be handed out one by one: the
-  topology's GPUs, or ``0..allocatable-1`` when the topology is unknown.
+  topology's GPUs, or ``0..allocatable-1`` when the topology is unknown
+  (up to ``MAX_GPU_ID``; a larger count is bogus and goes by count only).
   GPUs that are shared (time-slicing, MPS, replicas > 1) or carved into MIG
   devices have none; pods get them by count only.
 * NUMA (topology-known nodes): each NUMA node gets a share of the node's
@@ -24,7 +25,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Mapping
 
 from batchsched.api import constants
 from batchsched.core import resources as res
-from batchsched.core.model import NodeInfo, PodInfo
+from batchsched.core.model import MAX_GPU_ID, NodeInfo, PodInfo, gpu_replicas, has_mig_devices
 from batchsched.core.resources import Resources
 from batchsched.core.topology.choose import mask_of
 from batchsched.core.topology.model import GpuTopology
@@ -44,8 +45,10 @@ def _facts(node: NodeInfo) -> tuple:
     facts = node.__dict__.get("_gpu_facts")
     if facts is None:
         shared = _gpus_shared(node)
-        ids = 0 if shared or has_mig_devices(node) else (
-            len(node.topology) if node.topology is not None else node.allocatable.get(constants.GPU_RESOURCE, 0))
+        flat = node.allocatable.get(constants.GPU_RESOURCE, 0)
+        ids = 0 if shared or has_mig_devices(node.labels, node.allocatable) else (
+            len(node.topology) if node.topology is not None
+            else flat if flat <= MAX_GPU_ID + 1 else 0)  # a bogus huge count: no id masks that wide
         topology = node.topology if ids else None
         facts = (shared, ids, topology, _numa_capacity(node, topology))
         object.__setattr__(node, "_gpu_facts", facts)
@@ -53,14 +56,7 @@ def _facts(node: NodeInfo) -> tuple:
 
 
 def _gpus_shared(node: NodeInfo) -> bool:
-    strategy = node.labels.get(constants.GPU_SHARING_STRATEGY_LABEL, "none")
-    replicas = node.labels.get(constants.GPU_REPLICAS_LABEL, "1")
-    return strategy in ("time-slicing", "mps") or (replicas.isdigit() and int(replicas) > 1)
-
-
-def has_mig_devices(node: NodeInfo) -> bool:
-    return node.labels.get(constants.MIG_STRATEGY_LABEL) == "single" or any(
-        name.startswith(constants.MIG_RESOURCE_PREFIX) for name in node.allocatable)
+    return gpu_replicas(node.labels) != 1
 
 
 def gpus_shared(node: NodeInfo) -> bool:

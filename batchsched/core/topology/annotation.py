@@ -14,19 +14,31 @@ Version 1::
 has n-1 rows.  ``numa``, ``cpus``, ``uuid``, ``pciBusId``, ``nics`` and
 ``memory`` are optional; a NIC link of ``-`` is unknown.  Unknown keys are
 ignored, so a newer writer may add some without breaking older readers.
+
+Bounds (docs/topology.md): at most ``MAX_ANNOTATION_BYTES`` of text, JSON
+nested at most ``MAX_NESTING`` deep (a valid document is 3 deep), at most
+``MAX_GPUS`` GPUs and the CPU, NUMA and NVLink bounds of the model; anything
+beyond is refused with a TopologyError before the costly work.
 """
 from __future__ import annotations
 
 import json
+import re
 from functools import lru_cache
+from itertools import accumulate
 from typing import Any
 
+from batchsched.core.resources import MAX_CANONICAL
 from batchsched.core.topology.model import (
-    Gpu, GpuTopology, Link, Nic, NumaNode, TopologyError, format_cpu_list, parse_cpu_list,
+    MAX_GPUS, Gpu, GpuTopology, Link, Nic, NumaNode, TopologyError, format_cpu_list, parse_cpu_list,
 )
 
 SCHEMA_VERSION = 1
 _UNKNOWN_LINK = "-"
+MAX_ANNOTATION_BYTES = 32 * 1024  # a 16-GPU node with NICs writes about 4 KiB
+MAX_NESTING = 8
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+_BRACKET = re.compile(r"[\[\]{}]")
 
 
 def to_document(topology: GpuTopology) -> dict[str, Any]:
@@ -68,11 +80,21 @@ def from_annotation(text: str) -> GpuTopology:
     Cached: nodes that carry the same annotation share one topology object,
     and an unchanged annotation is not parsed again on every node update.
     """
+    size = len(text.encode("utf-8", "surrogatepass"))
+    _check(size <= MAX_ANNOTATION_BYTES, f"{size} bytes: the annotation may hold at most {MAX_ANNOTATION_BYTES}")
+    _check(_nesting(text) <= MAX_NESTING, f"JSON nested deeper than {MAX_NESTING} levels")
     try:
         document = json.loads(text)
-    except json.JSONDecodeError as exc:
+    except ValueError as exc:  # JSONDecodeError, or an integer of too many digits
         raise TopologyError(f"not JSON: {exc}") from None
     return from_document(document)
+
+
+def _nesting(text: str) -> int:
+    """How deep the JSON text nests arrays and objects (brackets inside
+    strings do not count), found without parsing it: the parser recurses."""
+    steps = (1 if bracket in "[{" else -1 for bracket in _BRACKET.findall(_JSON_STRING.sub("", text)))
+    return max(accumulate(steps), default=0)
 
 
 def from_document(document: Any) -> GpuTopology:
@@ -82,6 +104,7 @@ def from_document(document: Any) -> GpuTopology:
     raw_gpus = document.get("gpus")
     _check(isinstance(raw_gpus, list) and raw_gpus, "gpus must be a non-empty list")
     n = len(raw_gpus)
+    _check(n <= MAX_GPUS, f"{n} GPUs: a topology may describe at most {MAX_GPUS}")
     gpus = [_gpu(k, raw) for k, raw in enumerate(raw_gpus)]
     rows = document.get("links")
     _check(isinstance(rows, list) and len(rows) == n - 1 and all(isinstance(r, str) for r in rows),
@@ -110,8 +133,9 @@ def _list(document: dict, key: str) -> list:
 
 def _int(raw: dict, key: str, where: str) -> int | None:
     value = raw.get(key)
-    _check(value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 0),
-           f"{where}.{key} must be a non-negative integer")
+    _check(value is None or (isinstance(value, int) and not isinstance(value, bool)
+                             and 0 <= value <= MAX_CANONICAL),
+           f"{where}.{key} must be a non-negative integer, at most {MAX_CANONICAL}")
     return value
 
 

@@ -24,10 +24,20 @@ from typing import Iterable
 
 import networkx as nx
 
+from batchsched.core.text import clip
+
 NVLINK_GBPS = 25
 _PCIE = ("SYS", "NODE", "PHB", "PXB", "PIX")  # worst first
 _PCIE_GBPS = {"SYS": 10, "NODE": 14, "PHB": 16, "PXB": 20, "PIX": 22}
 _ALIASES = {"SOC": "SYS"}  # drivers before 384 named the inter-socket path SOC
+
+# Bounds on what a topology may describe, so that a hostile or broken one
+# costs little to refuse.  16 GPUs is the largest board built (DGX-2/HGX-2);
+# GPU choice grows combinatorially with it (bench/RESULTS.md, docs/topology.md).
+MAX_GPUS = 16
+MAX_NVLINKS = 64  # bonded NVLinks per pair (NV18 on H100 today)
+MAX_CPUS = 8192  # Linux's largest NR_CPUS: CPU ids are 0..8191
+MAX_NUMA_NODES = 1024  # Linux's largest MAX_NUMNODES: NUMA ids are 0..1023
 
 
 class TopologyError(ValueError):
@@ -46,8 +56,9 @@ class Link:
         text = _ALIASES.get(token, token)
         if text in _PCIE_GBPS:
             return Link(text)
-        if text.startswith("NV") and text[2:].isdigit() and int(text[2:]) > 0:
-            return Link("NV", int(text[2:]))
+        count = text[2:]
+        if text.startswith("NV") and count.isascii() and count.isdigit() and 0 < int(count) <= MAX_NVLINKS:
+            return Link("NV", int(count))
         raise TopologyError(f"unknown link class {token!r} (expected NV<n>, PIX, PXB, PHB, NODE or SYS)")
 
     @property
@@ -74,20 +85,36 @@ def link_name(rank: int) -> str:
 
 
 def parse_cpu_list(text: str) -> frozenset[int]:
-    """``0-19,40-59`` (the kernel's cpulist format) as a set; ``N/A`` or "" is empty."""
+    """``0-19,40-59`` (the kernel's cpulist format) as a set; ``N/A`` or "" is empty.
+
+    CPU ids are below ``MAX_CPUS`` and the ranges together span at most
+    ``MAX_CPUS`` ids (a real list never repeats one), so the work is bounded.
+    """
     text = text.strip()
     if text in ("", "N/A"):
         return frozenset()
     cpus: set[int] = set()
+    spanned = 0
     for part in text.split(","):
         low, dash, high = part.strip().partition("-")
-        if not low.isdigit() or (dash and not high.isdigit()):
-            raise TopologyError(f"{text!r} is not a CPU list like 0-19,40-59")
-        first, last = int(low), int(high) if dash else int(low)
+        first = _cpu_id(low, text)
+        last = _cpu_id(high, text) if dash else first
         if last < first:
-            raise TopologyError(f"{text!r} has a decreasing range {part!r}")
+            raise TopologyError(f"{clip(text, 60)!r} has a decreasing range {clip(part, 60)!r}")
+        spanned += last - first + 1
+        if spanned > MAX_CPUS:
+            raise TopologyError(f"{clip(text, 60)!r} names more than {MAX_CPUS} CPUs")
         cpus.update(range(first, last + 1))
     return frozenset(cpus)
+
+
+def _cpu_id(token: str, text: str) -> int:
+    # ascii: "²".isdigit() is true too
+    if not (token.isascii() and token.isdigit()):
+        raise TopologyError(f"{clip(text, 60)!r} is not a CPU list like 0-19,40-59")
+    if len(token) > len(str(MAX_CPUS)) or int(token) >= MAX_CPUS:  # length first: int() of a long run is slow
+        raise TopologyError(f"{clip(text, 60)!r} names a CPU beyond {MAX_CPUS - 1}")
+    return int(token)
 
 
 def format_cpu_list(cpus: Iterable[int]) -> str:
@@ -140,6 +167,8 @@ class GpuTopology:
         n = len(self.gpus)
         if n == 0:
             raise TopologyError("a topology needs at least one GPU")
+        if n > MAX_GPUS:
+            raise TopologyError(f"{n} GPUs: a topology may describe at most {MAX_GPUS}")
         if [g.index for g in self.gpus] != list(range(n)):
             raise TopologyError(f"GPU indices must be 0..{n - 1} in order")
         if len(self.links) != n or any(len(row) != n for row in self.links):
@@ -154,6 +183,9 @@ class GpuTopology:
             if len(nic.links) != n:
                 raise TopologyError(f"NIC {nic.name} has {len(nic.links)} GPU links, expected {n}")
         declared = [node.id for node in self.numa_nodes]
+        numa_ids = declared + [g.numa for g in self.gpus if g.numa is not None]
+        if any(not 0 <= numa < MAX_NUMA_NODES for numa in numa_ids):
+            raise TopologyError(f"NUMA node ids must be 0..{MAX_NUMA_NODES - 1}")
         if len(set(declared)) != len(declared):
             raise TopologyError("a NUMA node is declared twice")
         missing = {g.numa for g in self.gpus if g.numa is not None} - set(declared)

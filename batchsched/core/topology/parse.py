@@ -28,7 +28,7 @@ import re
 from typing import Mapping
 
 from batchsched.core.topology.model import (
-    Gpu, GpuTopology, Link, Nic, NumaNode, TopologyError, parse_cpu_list,
+    MAX_GPUS, Gpu, GpuTopology, Link, Nic, NumaNode, TopologyError, parse_cpu_list,
 )
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -81,6 +81,8 @@ def parse_topo(text: str, numa_memory: Mapping[int, int] | None = None) -> GpuTo
                                                   "starting with GPU0, as `nvidia-smi topo -m` prints)")
     devices, affinities = _split_columns(columns, header_at)
     gpu_count = sum(1 for d in devices if _GPU_COLUMN.match(d))
+    if gpu_count > MAX_GPUS:  # before the matrices are built: they grow with its square
+        raise TopologyParseError(header_at, f"{gpu_count} GPUs: a topology may describe at most {MAX_GPUS}")
     rows: dict[str, tuple[int, list[str], list[str]]] = {}  # name -> (line, device cells, affinity cells)
     legend_from = len(lines)
     for number in range(header_at + 1, len(lines) + 1):
