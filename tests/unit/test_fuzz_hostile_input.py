@@ -200,7 +200,7 @@ config_values = st.fixed_dictionaries({}, optional={
         "initialBackoffSeconds": durations, "maxBackoffSeconds": durations,
         "reservationAfterSeconds": durations, "maxGangsPerCycle": durations}) | json_values,
     "binding": st.fixed_dictionaries({}, optional={
-        "parallelism": durations, "retries": durations, "assumeTimeoutSeconds": durations}),
+        "parallelism": durations, "retries": durations, "partialGangTimeoutSeconds": durations}),
     "leaderElection": st.fixed_dictionaries({}, optional={
         "enabled": json_scalars, "leaseDurationSeconds": durations, "renewDeadlineSeconds": durations,
         "retryPeriodSeconds": durations}),

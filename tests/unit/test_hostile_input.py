@@ -206,7 +206,7 @@ def test_a_gang_whose_planning_raises_is_passed_over_by_the_reservation_too():
     ("leaderElection.leaseDurationSeconds", ".inf"), ("leaderElection.leaseDurationSeconds", ".nan"),
     ("leaderElection.leaseDurationSeconds", "-1"), ("queue.maxBackoffSeconds", ".inf"),
     ("queue.reservationAfterSeconds", "-1"), ("statusMinIntervalSeconds", ".nan"),
-    ("preemption.victims.minRuntimeSeconds", "-.inf"), ("binding.assumeTimeoutSeconds", "1e12"),
+    ("preemption.victims.minRuntimeSeconds", "-.inf"), ("binding.partialGangTimeoutSeconds", "1e12"),
 ])
 def test_non_finite_negative_or_absurd_durations_are_refused_naming_the_key(tmp_path, key, value):
     path = tmp_path / "bad.yaml"
