@@ -20,6 +20,7 @@ class QueueConfig(_Strict):
     initial_backoff_seconds: float = Field(1.0, alias="initialBackoffSeconds", gt=0)
     max_backoff_seconds: float = Field(60.0, alias="maxBackoffSeconds", gt=0)
     reservation_after_seconds: float = Field(60.0, alias="reservationAfterSeconds", ge=0)
+    max_reservation_seconds: float = Field(14400.0, alias="maxReservationSeconds", gt=0)
     max_gangs_per_cycle: int = Field(1000, alias="maxGangsPerCycle", ge=1)
 
 
@@ -129,6 +130,7 @@ class SchedulerConfig(_Strict):
             initial_backoff=self.queue.initial_backoff_seconds,
             max_backoff=self.queue.max_backoff_seconds,
             reservation_after_seconds=self.queue.reservation_after_seconds,
+            max_reservation_seconds=self.queue.max_reservation_seconds,
             max_gangs_per_cycle=self.queue.max_gangs_per_cycle,
             domain_labels=tuple(self.topology.domain_labels),
         )

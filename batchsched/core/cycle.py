@@ -17,6 +17,7 @@ from typing import Callable, Collection, Mapping
 
 from batchsched.api.constants import GPU_RESOURCE
 from batchsched.core import resources as res
+from batchsched.core.cluster import ClusterState
 from batchsched.core.config import CoreConfig
 from batchsched.core.gangs import Gang, GangIndex
 from batchsched.core.model import PodInfo
@@ -33,6 +34,9 @@ REASON_SCHEDULED = "Scheduled"
 REASON_UNSCHEDULABLE = "Unschedulable"
 REASON_QUORUM_NOT_REACHED = "QuorumNotReached"
 REASON_SCHEDULE_TIMEOUT = "ScheduleTimeout"
+# A pod killed at its activeDeadlineSeconds may take this long to go
+# (Kubernetes' default terminationGracePeriodSeconds).
+KILL_GRACE_SECONDS = 30.0
 # PodGroupNotFound and InvalidPodGroup come from batchsched.core.gangs.
 
 
@@ -125,6 +129,10 @@ def schedule_cycle(snapshot: Snapshot, queue: GangQueue, config: CoreConfig = Co
         if isinstance(result, PlanFailure):
             queue.record_failure(key, now)
             message = result.message
+            if queue.reservation_expired(key):
+                message += (f" Its node reservation was released after it outlasted its bound (the pods it "
+                            f"waited for, or maxReservationSeconds={config.max_reservation_seconds:g}); it "
+                            "gets none until its pods or PodGroup change.")
             nominated_before = len(plan.nominations)
             if gang.need and preemption.enabled:
                 message += " " + _preempt(snapshot, gangs, gang, preemption, preemption_state, capacity,
@@ -187,8 +195,9 @@ def _topology_args(gang: Gang, config: CoreConfig) -> dict:
 
 def _refresh_reservation(snapshot: Snapshot, gangs: Mapping[str, Gang], queue: GangQueue,
                          config: CoreConfig) -> None:
-    """Give the reservation to the first long-waiting gang that is not
-    hopeless (see batchsched.core.queueing.queue)."""
+    """Give the reservation to the first long-waiting gang that is neither
+    hopeless nor past its reservation's bound (see
+    batchsched.core.queueing.queue)."""
     cluster = snapshot.cluster
     for key in queue.reservation_candidates(snapshot.now):
         gang = gangs[key]
@@ -205,26 +214,44 @@ def _refresh_reservation(snapshot: Snapshot, gangs: Mapping[str, Gang], queue: G
         # bound or ended) change the picture on the nodes of their pods.
         turned = drainable ^ before[1] if before and before[0] == gang.key else frozenset()
         nodes = {p.node_name for k in turned for p in (cluster.pods[u] for u in cluster.gang_uids(k)) if p.node_name}
-        drained = kept_index(cluster, "drained", gang.key, _drained_entry(snapshot, drainable), also_changed=nodes)
+        draining = _draining(snapshot, drainable)
+        drained = kept_index(cluster, "drained", gang.key, _drained_entry(snapshot, draining), also_changed=nodes)
         result = plan_gang(gang.pending, gang.need, drained, **_topology_args(gang, config))
         if isinstance(result, PlanFailure):
             queue.mark_hopeless(key)
             continue
-        queue.reserve(key, {a.node_name for a in result.assignments[:gang.need]})
-        return
+        reserved = {a.node_name for a in result.assignments[:gang.need]}
+        if queue.reserve(key, reserved, snapshot.now, _awaited_end(cluster, reserved, draining)):
+            return
     queue.release_reservation()
 
 
-def _drained_entry(snapshot: Snapshot, drainable: frozenset[str]) -> Callable[[str], NodeEntry]:
-    """A node as if the pods of ``drainable`` gangs (ours) had finished;
-    among nodes equally good once drained, the freest now drains first."""
+def _draining(snapshot: Snapshot, drainable: frozenset[str]) -> Callable[[PodInfo], bool]:
+    """Whether a bound pod is one the reservation may wait out: ours, of a
+    ``drainable`` gang, and ending by itself (PodInfo.runs_to_completion)."""
+    ours = snapshot.scheduler_name
+    return lambda p: p.scheduler_name == ours and p.gang_key in drainable and p.runs_to_completion
+
+
+def _awaited_end(cluster: ClusterState, nodes: Collection[str], draining: Callable[[PodInfo], bool]) -> float | None:
+    """When the last pod the reservation waits for on ``nodes`` is killed at
+    its deadline (plus the kill's grace); None when one has no known end."""
+    ends = [p.ends_by for name in nodes for p in cluster.bound_pods(name) if p.holds_resources and draining(p)]
+    if not ends or None in ends:
+        return None
+    return max(ends) + KILL_GRACE_SECONDS
+
+
+def _drained_entry(snapshot: Snapshot, draining: Callable[[PodInfo], bool]) -> Callable[[str], NodeEntry]:
+    """A node as if its ``draining`` pods had finished; among nodes equally
+    good once drained, the freest now drains first."""
     cluster = snapshot.cluster
 
     def entry(name: str) -> NodeEntry:
         now = cluster.free(name)
         tiebreak = (-now.get(GPU_RESOURCE, 0), -now.get(res.CPU, 0), -now.get(res.MEMORY, 0))
         holding = [p for p in cluster.bound_pods(name) if p.holds_resources]
-        gone = [p for p in holding if p.scheduler_name == snapshot.scheduler_name and p.gang_key in drainable]
+        gone = [p for p in holding if draining(p)]
         if not gone:
             return now, cluster.room(name), tiebreak
         free = dict(now)

@@ -105,7 +105,7 @@ def test_a_reservation_binds_only_gangs_ordered_after_its_holder():
     q.upsert("first", 9, 0, now=0)
     q.upsert("holder", 5, 0, now=0)
     q.upsert("later", 5, 1, now=0)
-    q.reserve("holder", {"n1", "n2"})
+    q.reserve("holder", {"n1", "n2"}, now=0)
     assert q.reservation == Reservation("holder", frozenset({"n1", "n2"}))
     assert q.reserved_against("first") == frozenset()
     assert q.reserved_against("holder") == frozenset()
@@ -118,7 +118,7 @@ def test_the_reservation_ends_when_its_holder_succeeds_leaves_or_gives_up():
     for end in (lambda: q.record_success("h"), lambda: q.remove("h"),
                 lambda: q.time_out("h"), lambda: q.mark_hopeless("h")):
         q.upsert("h", 0, 0, now=0)
-        q.reserve("h", {"n"})
+        q.reserve("h", {"n"}, now=0)
         end()
         assert q.reservation is None
         q.remove("h")
@@ -132,7 +132,7 @@ def test_sync_drops_gangs_that_left():
 
     q = make_queue()
     q.sync([G("a"), G("b")], now=0)
-    q.reserve("b", {"n"})
+    q.reserve("b", {"n"}, now=0)
     q.sync([G("a")], now=1)
     assert list(q.ordered()) == ["a"] and "b" not in q and len(q) == 1
     assert q.reservation is None

@@ -22,22 +22,27 @@ Schedule timeout
 Anti-starvation reservation
     Because smaller gangs keep slipping into capacity as it frees up, a large
     gang could wait forever.  So the first gang in queue order that has waited
-    longer than ``reservation_after_seconds``, has not timed out, and is not
-    hopeless gets a reservation: it is planned against node allocatable minus
-    the pods it cannot expect to finish for it -- pods that are not ours,
-    pods of gangs with a higher priority, its own bound members -- as if our
-    other pods of lower or equal priority had all finished (among nodes
-    equally good then, those freest now).  The nodes of that plan are
+    longer than ``reservation_after_seconds``, has not timed out, is not
+    hopeless and has not outlasted a reservation gets one: it is planned
+    against node allocatable minus the pods it cannot expect to finish for
+    it -- pods that are not ours, pods of gangs with a higher priority, its
+    own bound members, pods that never end by themselves
+    (``PodInfo.runs_to_completion``) -- as if our other pods of lower or
+    equal priority had all finished (among nodes equally good then, those
+    freest now).  The nodes of that plan are
     off-limits to every gang ordered after it until it is placed or leaves
     the queue; gangs ordered before it are unaffected.  A gang that does not
     fit even then is *hopeless*: it never holds a reservation, so it cannot
     starve anyone; the check is repeated after ``touch`` or
-    ``capacity_freed``.  The reservation is recomputed every cycle by
+    ``capacity_freed``.  A gang that holds the reservation longer than
+    ``max_reservation_seconds``, or past the deadlines of every pod it waits
+    for, loses it and is marked ``reservation_expired`` until ``touch``ed
+    (``reserve``).  The reservation is recomputed every cycle by
     ``batchsched.core.cycle``; the queue holds the result and enforces it.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Hashable, Iterable, Iterator
 
 from sortedcontainers import SortedList
@@ -61,6 +66,7 @@ class _Entry:
     retry_at: float = 0.0
     timed_out: bool = False
     hopeless: bool = False
+    reservation_expired: bool = False  # held one past its bound; none until touched
 
     @property
     def order(self) -> _OrderKey:
@@ -71,14 +77,16 @@ class _Entry:
 class Reservation:
     gang_key: str
     nodes: frozenset[str]
+    since: float = field(default=0.0, compare=False)  # when this gang first got it
 
 
 class GangQueue:
     def __init__(self, initial_backoff: float = 1.0, max_backoff: float = 60.0,
-                 reservation_after_seconds: float = 60.0):
+                 reservation_after_seconds: float = 60.0, max_reservation_seconds: float = 3600.0):
         self.initial_backoff = initial_backoff
         self.max_backoff = max_backoff
         self.reservation_after_seconds = reservation_after_seconds
+        self.max_reservation_seconds = max_reservation_seconds
         self._entries: dict[str, _Entry] = {}
         self._order: SortedList = SortedList()  # of _OrderKey
         self._waiting_hints: dict[str, float] = {}
@@ -86,7 +94,8 @@ class GangQueue:
 
     @classmethod
     def from_config(cls, config: CoreConfig) -> GangQueue:
-        return cls(config.initial_backoff, config.max_backoff, config.reservation_after_seconds)
+        return cls(config.initial_backoff, config.max_backoff, config.reservation_after_seconds,
+                   config.max_reservation_seconds)
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -158,8 +167,9 @@ class GangQueue:
     def touch(self, gang_key: str) -> None:
         """The gang's membership or spec changed: retry it at once.
 
-        Clears its backoff and hopeless mark; a timed-out gang is attempted
-        again with its waiting clock restarted at the next cycle.
+        Clears its backoff, hopeless and reservation-expired marks; a
+        timed-out gang is attempted again with its waiting clock restarted
+        at the next cycle.
         """
         entry = self._entries.get(gang_key)
         if entry is None:
@@ -167,6 +177,7 @@ class GangQueue:
         entry.failures = 0
         entry.retry_at = 0.0
         entry.hopeless = False
+        entry.reservation_expired = False
         if entry.timed_out:
             entry.timed_out = False
             entry.waiting_since = None
@@ -238,7 +249,8 @@ class GangQueue:
         """Gangs, in order, that have waited long enough for a reservation."""
         for key in self.ordered():
             entry = self._entries[key]
-            if (not entry.timed_out and not entry.hopeless and entry.waiting_since is not None
+            if (not entry.timed_out and not entry.hopeless and not entry.reservation_expired
+                    and entry.waiting_since is not None
                     and now - entry.waiting_since > self.reservation_after_seconds):
                 yield key
 
@@ -247,8 +259,27 @@ class GangQueue:
         self._entries[gang_key].hopeless = True
         self._release_if_held_by(gang_key)
 
-    def reserve(self, gang_key: str, nodes: Iterable[str]) -> None:
-        self._reservation = Reservation(gang_key, frozenset(nodes))
+    def reserve(self, gang_key: str, nodes: Iterable[str], now: float, awaited_end: float | None = None) -> bool:
+        """Reserve ``nodes`` for ``gang_key``, unless it has held the
+        reservation past its bound: ``max_reservation_seconds`` since it got
+        it, or ``awaited_end``, when the pods it waits for must be gone.
+        Then it is released and the gang marked (``reservation_expired``);
+        returns whether the gang holds it."""
+        held = self._reservation
+        since = held.since if held is not None and held.gang_key == gang_key else now
+        limit = since + self.max_reservation_seconds
+        if awaited_end is not None:
+            limit = min(limit, max(awaited_end, since))
+        if now > limit:
+            self._entries[gang_key].reservation_expired = True
+            self._release_if_held_by(gang_key)
+            return False
+        self._reservation = Reservation(gang_key, frozenset(nodes), since)
+        return True
+
+    def reservation_expired(self, gang_key: str) -> bool:
+        entry = self._entries.get(gang_key)
+        return entry is not None and entry.reservation_expired
 
     def release_reservation(self) -> None:
         self._reservation = None
