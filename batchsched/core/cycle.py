@@ -7,11 +7,13 @@ running copy of free resources, so gangs placed in the same cycle never
 share capacity.  A gang is bound whole (at least its quorum) or not at all.
 
 Verdicts cover the gangs decided in this cycle; a gang still backing off,
-or beyond ``max_gangs_per_cycle``, gets none and keeps its previous one.
+or beyond ``max_gangs_per_cycle`` (``GangQueue.attempts``), gets none and
+keeps its previous one.
 """
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass, field
 from typing import Callable, Collection, Mapping
 
@@ -105,16 +107,11 @@ def schedule_cycle(snapshot: Snapshot, queue: GangQueue, config: CoreConfig = Co
     holds = NominationHolds.from_snapshot(snapshot)
     withheld = holds.withheld()
     capacity = cluster_capacity(snapshot.cluster, withheld)
+    _retry_where_freed(snapshot, gangs, queue)
     _refresh_reservation(snapshot, gangs, queue, config)
     cluster_total = snapshot.cluster.total_allocatable
     evicting: set[str] = set()  # victims chosen earlier in this cycle
-    attempts = 0
-    for key in queue.ordered():
-        if attempts >= config.max_gangs_per_cycle:
-            break
-        if not queue.ready(key, now):
-            continue
-        attempts += 1
+    for key in queue.attempts(now, config.max_gangs_per_cycle):
         gang = gangs[key]
         too_big = _beyond_cluster(gang.spec.min_resources, cluster_total)
         if too_big:
@@ -149,6 +146,48 @@ def schedule_cycle(snapshot: Snapshot, queue: GangQueue, config: CoreConfig = Co
             for a in result.assignments)
         plan.verdicts[key] = Verdict(True, REASON_SCHEDULED, _scheduled_message(gang, result))
     return plan
+
+
+def _retry_where_freed(snapshot: Snapshot, gangs: Mapping[str, Gang], queue: GangQueue) -> None:
+    """After capacity was freed, the gangs it may help: a node changed since
+    the last cycle (every node the first time) has room now for one of a
+    backed-off gang's pending pods, or would have for a hopeless gang once
+    every pod of ours that ends by itself had ended.  Resources only, so
+    never a false no; churn on nodes that cannot take even one of its pods
+    leaves a gang's backoff and hopeless mark alone."""
+    cluster = snapshot.cluster
+    mark = cluster.caches.get("cycle_mark")
+    cluster.caches["cycle_mark"] = cluster.mark
+
+    @functools.cache
+    def changed() -> list[str]:
+        names = cluster.nodes if mark is None else cluster.changed_since(mark)
+        return [name for name in names if name in cluster.nodes]
+
+    def drained(name: str) -> Resources:
+        free = cluster.free(name)
+        for pod in cluster.bound_pods(name):
+            if pod.holds_resources and pod.scheduler_name == snapshot.scheduler_name and pod.runs_to_completion:
+                free = res.add(free, pod.requests)
+        return free
+
+    queue.retry_if_freed(_fits_one_pod(gangs, lambda: [cluster.free(name) for name in changed()]),
+                         _fits_one_pod(gangs, lambda: [drained(name) for name in changed()]))
+
+
+def _fits_one_pod(gangs: Mapping[str, Gang], rooms: Callable[[], list[Resources]]) -> Callable[[str], bool]:
+    """Whether one of a gang's pending pods fits one of ``rooms`` (computed
+    at the first question, answers kept per pod shape)."""
+    fits_by_shape: dict[tuple, bool] = {}
+
+    def fits(pod: PodInfo) -> bool:
+        shape = tuple(sorted(pod.requests.items()))
+        if shape not in fits_by_shape:
+            fits_by_shape[shape] = any(not res.fits(pod.requests, room) for room in known())
+        return fits_by_shape[shape]
+
+    known = functools.cache(rooms)
+    return lambda key: any(fits(p) for p in gangs[key].pending)
 
 
 def _give(capacity: CapacityIndex, amounts: Mapping[str, Resources], op: Callable) -> None:

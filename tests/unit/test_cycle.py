@@ -1,5 +1,6 @@
 from dataclasses import replace
 
+from batchsched.core.cluster import ClusterState
 from batchsched.core.config import CoreConfig
 from batchsched.core.cycle import CyclePlan, schedule_cycle
 from batchsched.core.preemption.policy import PreemptionPolicy
@@ -329,3 +330,43 @@ def test_a_reservation_without_a_known_end_is_released_after_max_reservation_sec
     plan = schedule_cycle(snap, queue, config)
     assert queue.reservation is None
     assert bound_names(plan) == {"small": "gpu-0"}
+
+
+def test_a_fitting_gang_behind_a_thousand_stuck_ones_is_tried_within_two_passes():
+    # Finding 7: 1000 higher-priority gangs that cannot fit, a pod ending
+    # every cycle, 10 attempts per cycle, and a small gang behind them all.
+    config = replace(CONFIG, max_gangs_per_cycle=10, max_backoff=600)
+    queue = GangQueue.from_config(config)
+    nodes = [node(f"gpu-{i}", gpu=8) for i in range(4)]
+    theirs = [pod(f"theirs-{i}-{j}", gpu=1, node_name=f"gpu-{i}", phase="Running", scheduler="default-scheduler")
+              for i in range(4) for j in range(6)]
+    stuck = [pod(f"stuck-{k}", gpu=8, priority=100, created=k) for k in range(1000)]
+    cluster = ClusterState("batchsched", nodes, theirs + stuck + [pod("late", gpu=1, created=2000)])
+    bound_late_at = None
+    for cycle in range(2 * 101 + 1):  # the bound: 2 * ceil(1001 gangs / 10) + 1 cycles
+        ended = theirs[cycle % len(theirs)]  # churn: one of their pods ends, another takes its place
+        cluster.remove_pod(ended.uid)
+        theirs[cycle % len(theirs)] = replace(ended, uid=f"{ended.uid}-{cycle}", name=f"{ended.name}-{cycle}")
+        cluster.put_pod(theirs[cycle % len(theirs)])
+        queue.capacity_freed()
+        plan = schedule_cycle(Snapshot.of(cluster, {}, T0 + cycle), queue, config)
+        assert len([v for v in plan.verdicts.values() if v.reason == "Unschedulable"]) <= 10
+        if "late" in bound_names(plan):
+            bound_late_at = cycle
+            break
+    assert bound_late_at is not None
+
+
+def test_churn_that_cannot_help_a_gang_leaves_its_backoff_alone():
+    queue = new_queue()
+    theirs = [pod(f"theirs-{j}", gpu=1, node_name="gpu-0", phase="Running", scheduler="default-scheduler")
+              for j in range(4)]
+    cluster = ClusterState("batchsched", [node("gpu-0", gpu=8)], theirs + [pod("whole", gpu=8)])
+    assert "default/pod:whole" in schedule_cycle(Snapshot.of(cluster, {}, T0), queue, CONFIG).verdicts
+    cluster.remove_pod(theirs[0].uid)  # 5 GPUs free: not enough for it
+    queue.capacity_freed()
+    assert "default/pod:whole" not in schedule_cycle(Snapshot.of(cluster, {}, T0 + 0.5), queue, CONFIG).verdicts
+    for p in theirs[1:]:  # the node frees whole: worth a try before the backoff ends
+        cluster.remove_pod(p.uid)
+    queue.capacity_freed()
+    assert bound_names(schedule_cycle(Snapshot.of(cluster, {}, T0 + 0.6), queue, CONFIG)) == {"whole": "gpu-0"}

@@ -4,15 +4,28 @@ Order
     A partially bound gang (some members bound, quorum not yet complete,
     e.g. after a binding failed mid-gang) comes first, so its remainder is
     placed before anyone takes the room; then gangs by priority (highest
-    first), creation time (oldest first) and key.  Every gang whose backoff has expired is tried in each
-    cycle, so a gang that does not fit never blocks the gangs behind it.
+    first), creation time (oldest first) and key.  Every gang whose backoff
+    has expired is tried, in this order, so a gang that does not fit never
+    blocks the gangs behind it.
+
+Attempts per cycle (``attempts``)
+    At most ``max_gangs_per_cycle`` gangs are tried in one cycle.  A *pass*
+    goes over the queue in order and may span cycles: when the budget runs
+    out, the next cycle resumes after the last gang tried, and a gang ahead
+    of that point which this pass already tried waits for the next pass
+    (gangs new to the pass are still tried first, in order).  So each gang
+    is tried at most once per pass, and a ready gang is tried within the
+    cycles two passes take: at most ``2 * ceil(N / max_gangs_per_cycle) + 1``
+    with N gangs in the queue.
 
 Backoff
     After a failed attempt a gang waits ``initial_backoff`` seconds, doubling
     with each further failure up to ``max_backoff``.  The backoff is cleared
     when the gang is placed, when its membership or spec changes (``touch``,
-    also detected by ``sync`` from the gang's signature), and for every gang
-    when capacity frees up (``capacity_freed``).
+    also detected by ``sync`` from the gang's signature), and when capacity
+    frees up (``capacity_freed``) for the gangs the freed capacity may help:
+    ``retry_if_freed`` asks the cycle, which knows the nodes and the gangs'
+    pods.
 
 Schedule timeout
     A gang's waiting clock starts when it enters the queue (it is eligible:
@@ -33,8 +46,8 @@ Anti-starvation reservation
     off-limits to every gang ordered after it until it is placed or leaves
     the queue; gangs ordered before it are unaffected.  A gang that does not
     fit even then is *hopeless*: it never holds a reservation, so it cannot
-    starve anyone; the check is repeated after ``touch`` or
-    ``capacity_freed``.  A gang that holds the reservation longer than
+    starve anyone; the check is repeated after ``touch`` or after
+    ``capacity_freed`` that may help it (``retry_if_freed``).  A gang that holds the reservation longer than
     ``max_reservation_seconds``, or past the deadlines of every pod it waits
     for, loses it and is marked ``reservation_expired`` until ``touch``ed
     (``reserve``).  The reservation is recomputed every cycle by
@@ -43,7 +56,7 @@ Anti-starvation reservation
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Hashable, Iterable, Iterator
+from typing import TYPE_CHECKING, Callable, Hashable, Iterable, Iterator
 
 from sortedcontainers import SortedList
 
@@ -67,6 +80,7 @@ class _Entry:
     timed_out: bool = False
     hopeless: bool = False
     reservation_expired: bool = False  # held one past its bound; none until touched
+    tried_in_pass: int = -1  # the last pass (GangQueue._pass) that tried it
 
     @property
     def order(self) -> _OrderKey:
@@ -91,6 +105,10 @@ class GangQueue:
         self._order: SortedList = SortedList()  # of _OrderKey
         self._waiting_hints: dict[str, float] = {}
         self._reservation: Reservation | None = None
+        self._pass = 0  # the current pass over the queue (``attempts``)
+        self._resume: _OrderKey | None = None  # where the current pass goes on; None: from the head
+        self._paused_at: float | None = None  # when the budget cut the current pass short
+        self._freed = False  # capacity freed since the last ``retry_if_freed``
 
     @classmethod
     def from_config(cls, config: CoreConfig) -> GangQueue:
@@ -183,11 +201,25 @@ class GangQueue:
             entry.waiting_since = None
 
     def capacity_freed(self) -> None:
-        """Pods ended or nodes came: every gang may fit now, retry them all."""
+        """Pods ended or nodes came: the next ``retry_if_freed`` retries the
+        gangs it may help."""
+        self._freed = True
+
+    def retry_if_freed(self, may_fit: Callable[[str], bool], may_fit_drained: Callable[[str], bool]) -> None:
+        """If capacity was freed since the last call, end the backoff of each
+        backing-off gang that ``may_fit`` and the hopeless mark of each one
+        that ``may_fit_drained`` (as the reservation plans it); the others
+        keep theirs, so churn that cannot help them does not make them use
+        up a cycle's attempts or its reservation check."""
+        if not self._freed:
+            return
+        self._freed = False
         for entry in self._entries.values():
-            entry.failures = 0
-            entry.retry_at = 0.0
-            entry.hopeless = False
+            if entry.retry_at and may_fit(entry.key):
+                entry.failures = 0
+                entry.retry_at = 0.0
+            if entry.hopeless and may_fit_drained(entry.key):
+                entry.hopeless = False
 
     def set_waiting_since(self, gang_key: str, since: float) -> None:
         """The gang has been waiting since ``since`` (e.g. from PodGroup
@@ -199,6 +231,26 @@ class GangQueue:
             entry.waiting_since = since
 
     # -- attempts ---------------------------------------------------------
+
+    def attempts(self, now: float, budget: int) -> Iterator[str]:
+        """The gangs to try in this cycle, in order: those ready, at most
+        ``budget`` of them, going on with the current pass (module
+        docstring).  Consume it whole; each key yielded counts as tried."""
+        current, resume = self._pass, self._resume
+        tried = 0
+        for order in list(self._order):
+            entry = self._entries.get(order[3])
+            if entry is None or entry.order != order or not self.ready(entry.key, now):
+                continue
+            if resume is not None and order < resume and entry.tried_in_pass == current:
+                continue  # tried in this pass already: its turn comes in the next
+            if tried == budget:
+                self._resume, self._paused_at = order, now
+                return
+            entry.tried_in_pass = current
+            tried += 1
+            yield entry.key
+        self._pass, self._resume, self._paused_at = current + 1, None, None
 
     def ready(self, gang_key: str, now: float) -> bool:
         entry = self._entries.get(gang_key)
@@ -220,9 +272,12 @@ class GangQueue:
         self._release_if_held_by(gang_key)
 
     def next_retry_at(self) -> float | None:
-        """When the earliest backed-off gang becomes ready (for the shell's
-        next wake-up); None when no gang is backing off."""
+        """When the earliest backed-off gang becomes ready, or at once when
+        the budget cut the last pass short (for the shell's next wake-up);
+        None when no gang waits for either."""
         times = [e.retry_at for e in self._entries.values() if e.retry_at and not e.timed_out]
+        if self._paused_at is not None:
+            times.append(self._paused_at)
         return min(times, default=None)
 
     # -- schedule timeout ---------------------------------------------------
