@@ -27,7 +27,7 @@ from batchsched.core.placement.capacity import CapacityIndex, NodeEntry, cluster
 from batchsched.core.placement.gang import GangPlan, PlanFailure, plan_gang
 from batchsched.core.preemption.plan import NominationHolds, NoPreemption, plan_preemption
 from batchsched.core.preemption.policy import PreemptionPolicy, PreemptionState
-from batchsched.core.queueing.queue import GangQueue
+from batchsched.core.queueing.queue import GangQueue, Reservation
 from batchsched.core.resources import Resources
 from batchsched.core.snapshot import Snapshot
 from batchsched.core.topology.accounting import room_of
@@ -77,6 +77,7 @@ class CyclePlan:
     verdicts: dict[str, Verdict] = field(default_factory=dict)
     evictions: list[Eviction] = field(default_factory=list)
     nominations: list[Nomination] = field(default_factory=list)
+    reservation: Reservation | None = None  # the queue's once the cycle is done
 
 
 def schedule_cycle(snapshot: Snapshot, queue: GangQueue, config: CoreConfig = CoreConfig(),
@@ -145,7 +146,7 @@ def schedule_cycle(snapshot: Snapshot, queue: GangQueue, config: CoreConfig = Co
             Binding(a.pod.uid, a.pod.namespace, a.pod.name, a.node_name, key, a.gpu_ids)
             for a in result.assignments)
         plan.verdicts[key] = Verdict(True, REASON_SCHEDULED, _scheduled_message(gang, result))
-    return plan
+    return dataclasses.replace(plan, reservation=queue.reservation)
 
 
 def _retry_where_freed(snapshot: Snapshot, gangs: Mapping[str, Gang], queue: GangQueue) -> None:
