@@ -240,7 +240,7 @@ class GangQueue:
         tried = 0
         for order in list(self._order):
             entry = self._entries.get(order[3])
-            if entry is None or entry.order != order or not self.ready(entry.key, now):
+            if entry is None or not self.ready(entry.key, now):
                 continue
             if resume is not None and order < resume and entry.tried_in_pass == current:
                 continue  # tried in this pass already: its turn comes in the next
