@@ -32,6 +32,7 @@ class QueueConfig(_Strict):
     initial_backoff_seconds: float = Field(1.0, alias="initialBackoffSeconds", gt=0, le=MAX_SECONDS)
     max_backoff_seconds: float = Field(60.0, alias="maxBackoffSeconds", gt=0, le=MAX_SECONDS)
     reservation_after_seconds: float = Field(60.0, alias="reservationAfterSeconds", ge=0, le=MAX_SECONDS)
+    max_reservation_seconds: float = Field(14400.0, alias="maxReservationSeconds", gt=0, le=MAX_SECONDS)
     max_gangs_per_cycle: int = Field(1000, alias="maxGangsPerCycle", ge=1)
 
 
@@ -144,6 +145,7 @@ class SchedulerConfig(_Strict):
             initial_backoff=self.queue.initial_backoff_seconds,
             max_backoff=self.queue.max_backoff_seconds,
             reservation_after_seconds=self.queue.reservation_after_seconds,
+            max_reservation_seconds=self.queue.max_reservation_seconds,
             max_gangs_per_cycle=self.queue.max_gangs_per_cycle,
             domain_labels=tuple(self.topology.domain_labels),
             partial_gang_timeout=self.binding.partial_gang_timeout_seconds,

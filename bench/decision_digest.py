@@ -59,9 +59,10 @@ class DigestingPolicy(BatchschedPolicy):
 
 
 def _with_inference(job: Job) -> Job:
-    """Lone pods become preemptible inference; gangs outrank them."""
+    """Lone pods become preemptible inference (a Deployment's pods, never
+    ending by themselves); gangs outrank them."""
     if job.pods == 1:
-        return dataclasses.replace(job, labels={"workload": "inference"}, priority=100)
+        return dataclasses.replace(job, labels={"workload": "inference"}, priority=100, controller="ReplicaSet")
     return dataclasses.replace(job, priority=1000, priority_class="training")
 
 

@@ -12,6 +12,7 @@ class CoreConfig:
     initial_backoff: float = 1.0  # seconds after a gang's first failed attempt
     max_backoff: float = 60.0  # the backoff doubles up to this
     reservation_after_seconds: float = 60.0  # see batchsched.core.queueing.queue
+    max_reservation_seconds: float = 14400.0  # a reservation held longer is released
     max_gangs_per_cycle: int = 1000  # attempts per cycle; the rest wait a cycle
     # Node label keys naming a placement domain, smallest kind first (docs/topology.md).
     domain_labels: tuple[str, ...] = (GPU_CLIQUE_LABEL,)
@@ -26,5 +27,7 @@ class CoreConfig:
             raise ValueError("reservation_after_seconds must be >= 0")
         if not self.partial_gang_timeout > 0:
             raise ValueError("partial_gang_timeout must be > 0")
+        if self.max_reservation_seconds <= 0:
+            raise ValueError("max_reservation_seconds must be > 0")
         if self.max_gangs_per_cycle < 1:
             raise ValueError("max_gangs_per_cycle must be >= 1")

@@ -7,16 +7,19 @@ running copy of free resources, so gangs placed in the same cycle never
 share capacity.  A gang is bound whole (at least its quorum) or not at all.
 
 Verdicts cover the gangs decided in this cycle; a gang still backing off,
-or beyond ``max_gangs_per_cycle``, gets none and keeps its previous one.
+or beyond ``max_gangs_per_cycle`` (``GangQueue.attempts``), gets none and
+keeps its previous one.
 """
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass, field
 from typing import Callable, Collection, Mapping
 
 from batchsched.api.constants import GPU_RESOURCE
 from batchsched.core import resources as res
+from batchsched.core.cluster import ClusterState
 from batchsched.core.config import CoreConfig
 from batchsched.core.gangs import Gang, GangIndex
 from batchsched.core.model import PodInfo
@@ -24,7 +27,7 @@ from batchsched.core.placement.capacity import CapacityIndex, NodeEntry, cluster
 from batchsched.core.placement.gang import GangPlan, PlanFailure, plan_gang
 from batchsched.core.preemption.plan import NominationHolds, NoPreemption, plan_preemption
 from batchsched.core.preemption.policy import PreemptionPolicy, PreemptionState
-from batchsched.core.queueing.queue import GangQueue
+from batchsched.core.queueing.queue import GangQueue, Reservation
 from batchsched.core.resources import Resources
 from batchsched.core.snapshot import Snapshot
 from batchsched.core.text import clip
@@ -36,6 +39,9 @@ REASON_QUORUM_NOT_REACHED = "QuorumNotReached"
 REASON_SCHEDULE_TIMEOUT = "ScheduleTimeout"
 REASON_PARTIAL_TIMEOUT = "PartialGangTimeout"
 REASON_INTERNAL_ERROR = "InternalError"  # trying the gang raised; see its message
+# A pod killed at its activeDeadlineSeconds may take this long to go
+# (Kubernetes' default terminationGracePeriodSeconds).
+KILL_GRACE_SECONDS = 30.0
 # PodGroupNotFound and InvalidPodGroup come from batchsched.core.gangs.
 
 
@@ -84,6 +90,7 @@ class CyclePlan:
     evictions: list[Eviction] = field(default_factory=list)
     nominations: list[Nomination] = field(default_factory=list)
     resets: list[GangReset] = field(default_factory=list)
+    reservation: Reservation | None = None  # the queue's once the cycle is done
 
 
 def schedule_cycle(snapshot: Snapshot, queue: GangQueue, config: CoreConfig = CoreConfig(),
@@ -118,16 +125,13 @@ def schedule_cycle(snapshot: Snapshot, queue: GangQueue, config: CoreConfig = Co
     holds = NominationHolds.from_snapshot(snapshot)
     withheld = holds.withheld()
     capacity = cluster_capacity(snapshot.cluster, withheld)
+    _retry_where_freed(snapshot, gangs, queue)
     _refresh_reservation(snapshot, gangs, queue, config)
     cluster_total = snapshot.cluster.total_allocatable
     evicting: set[str] = set()  # victims chosen earlier in this cycle
-    attempts = 0
-    for key in queue.ordered():
-        if attempts >= config.max_gangs_per_cycle:
-            break
-        if not queue.ready(key, now) or key in starting_over:
+    for key in queue.attempts(now, config.max_gangs_per_cycle):
+        if key in starting_over:
             continue
-        attempts += 1
         # One gang's unforeseen failure (a bug, a value no check foresaw) is
         # that gang's verdict: the gangs after it are still tried.
         before = (len(plan.bindings), len(plan.evictions), len(plan.nominations), frozenset(evicting))
@@ -145,7 +149,49 @@ def schedule_cycle(snapshot: Snapshot, queue: GangQueue, config: CoreConfig = Co
             plan.verdicts[key] = Verdict(False, REASON_INTERNAL_ERROR, (
                 f"Gang {key} could not be tried: {type(exc).__name__}: {clip(str(exc), 300)}; "
                 "it is retried after a backoff."))
-    return plan
+    return dataclasses.replace(plan, reservation=queue.reservation)
+
+
+def _retry_where_freed(snapshot: Snapshot, gangs: Mapping[str, Gang], queue: GangQueue) -> None:
+    """After capacity was freed, the gangs it may help: a node changed since
+    the last cycle (every node the first time) has room now for one of a
+    backed-off gang's pending pods, or would have for a hopeless gang once
+    every pod of ours that ends by itself had ended.  Resources only, so
+    never a false no; churn on nodes that cannot take even one of its pods
+    leaves a gang's backoff and hopeless mark alone."""
+    cluster = snapshot.cluster
+    mark = cluster.caches.get("cycle_mark")
+    cluster.caches["cycle_mark"] = cluster.mark
+
+    @functools.cache
+    def changed() -> list[str]:
+        names = cluster.nodes if mark is None else cluster.changed_since(mark)
+        return [name for name in names if name in cluster.nodes]
+
+    def drained(name: str) -> Resources:
+        free = cluster.free(name)
+        for pod in cluster.bound_pods(name):
+            if pod.holds_resources and pod.scheduler_name == snapshot.scheduler_name and pod.runs_to_completion:
+                free = res.add(free, pod.requests)
+        return free
+
+    queue.retry_if_freed(_fits_one_pod(gangs, lambda: [cluster.free(name) for name in changed()]),
+                         _fits_one_pod(gangs, lambda: [drained(name) for name in changed()]))
+
+
+def _fits_one_pod(gangs: Mapping[str, Gang], rooms: Callable[[], list[Resources]]) -> Callable[[str], bool]:
+    """Whether one of a gang's pending pods fits one of ``rooms`` (computed
+    at the first question, answers kept per pod shape)."""
+    fits_by_shape: dict[tuple, bool] = {}
+
+    def fits(pod: PodInfo) -> bool:
+        shape = tuple(sorted(pod.requests.items()))
+        if shape not in fits_by_shape:
+            fits_by_shape[shape] = any(not res.fits(pod.requests, room) for room in known())
+        return fits_by_shape[shape]
+
+    known = functools.cache(rooms)
+    return lambda key: any(fits(p) for p in gangs[key].pending)
 
 
 def _start_over_partial_gangs(gangs: Mapping[str, Gang], queue: GangQueue, now: float, timeout: float,
@@ -188,6 +234,10 @@ def _try_gang(snapshot: Snapshot, gangs: GangIndex, key: str, queue: GangQueue, 
     if isinstance(result, PlanFailure):
         queue.record_failure(key, now)
         message = result.message
+        if queue.reservation_expired(key):
+            message += (f" Its node reservation was released after it outlasted its bound (the pods it "
+                        f"waited for, or maxReservationSeconds={config.max_reservation_seconds:g}); it "
+                        "gets none until its pods or PodGroup change.")
         nominated_before = len(plan.nominations)
         if gang.need and preemption.enabled:
             message += " " + _preempt(snapshot, gangs, gang, preemption, preemption_state, capacity,
@@ -251,8 +301,9 @@ def _topology_args(gang: Gang, config: CoreConfig) -> dict:
 
 def _refresh_reservation(snapshot: Snapshot, gangs: Mapping[str, Gang], queue: GangQueue,
                          config: CoreConfig) -> None:
-    """Give the reservation to the first long-waiting gang that is not
-    hopeless (see batchsched.core.queueing.queue)."""
+    """Give the reservation to the first long-waiting gang that is neither
+    hopeless nor past its reservation's bound (see
+    batchsched.core.queueing.queue)."""
     cluster = snapshot.cluster
     for key in queue.reservation_candidates(snapshot.now):
         gang = gangs[key]
@@ -270,7 +321,8 @@ def _refresh_reservation(snapshot: Snapshot, gangs: Mapping[str, Gang], queue: G
         turned = drainable ^ before[1] if before and before[0] == gang.key else frozenset()
         nodes = {p.node_name for k in turned for p in (cluster.pods[u] for u in cluster.gang_uids(k)) if p.node_name}
         try:
-            drained = kept_index(cluster, "drained", gang.key, _drained_entry(snapshot, drainable),
+            draining = _draining(snapshot, drainable)
+            drained = kept_index(cluster, "drained", gang.key, _drained_entry(snapshot, draining),
                                  also_changed=nodes)
             result = plan_gang(gang.pending, gang.need, drained, **_topology_args(gang, config))
         except Exception:  # noqa: BLE001 - its own attempt reports it (InternalError); others go on
@@ -279,21 +331,38 @@ def _refresh_reservation(snapshot: Snapshot, gangs: Mapping[str, Gang], queue: G
         if result is None or isinstance(result, PlanFailure):
             queue.mark_hopeless(key)
             continue
-        queue.reserve(key, {a.node_name for a in result.assignments[:gang.need]})
-        return
+        reserved = {a.node_name for a in result.assignments[:gang.need]}
+        if queue.reserve(key, reserved, snapshot.now, _awaited_end(cluster, reserved, draining)):
+            return
     queue.release_reservation()
 
 
-def _drained_entry(snapshot: Snapshot, drainable: frozenset[str]) -> Callable[[str], NodeEntry]:
-    """A node as if the pods of ``drainable`` gangs (ours) had finished;
-    among nodes equally good once drained, the freest now drains first."""
+def _draining(snapshot: Snapshot, drainable: frozenset[str]) -> Callable[[PodInfo], bool]:
+    """Whether a bound pod is one the reservation may wait out: ours, of a
+    ``drainable`` gang, and ending by itself (PodInfo.runs_to_completion)."""
+    ours = snapshot.scheduler_name
+    return lambda p: p.scheduler_name == ours and p.gang_key in drainable and p.runs_to_completion
+
+
+def _awaited_end(cluster: ClusterState, nodes: Collection[str], draining: Callable[[PodInfo], bool]) -> float | None:
+    """When the last pod the reservation waits for on ``nodes`` is killed at
+    its deadline (plus the kill's grace); None when one has no known end."""
+    ends = [p.ends_by for name in nodes for p in cluster.bound_pods(name) if p.holds_resources and draining(p)]
+    if not ends or None in ends:
+        return None
+    return max(ends) + KILL_GRACE_SECONDS
+
+
+def _drained_entry(snapshot: Snapshot, draining: Callable[[PodInfo], bool]) -> Callable[[str], NodeEntry]:
+    """A node as if its ``draining`` pods had finished; among nodes equally
+    good once drained, the freest now drains first."""
     cluster = snapshot.cluster
 
     def entry(name: str) -> NodeEntry:
         now = cluster.free(name)
         tiebreak = (-now.get(GPU_RESOURCE, 0), -now.get(res.CPU, 0), -now.get(res.MEMORY, 0))
         holding = [p for p in cluster.bound_pods(name) if p.holds_resources]
-        gone = [p for p in holding if p.scheduler_name == snapshot.scheduler_name and p.gang_key in drainable]
+        gone = [p for p in holding if draining(p)]
         if not gone:
             return now, cluster.room(name), tiebreak
         free = dict(now)

@@ -19,6 +19,8 @@ from batchsched.core.topology.annotation import from_annotation
 from batchsched.core.topology.model import GpuTopology, TopologyError
 
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+# Controllers that keep their pods running and replace any that ends.
+ENDLESS_OWNERS = frozenset({"ReplicaSet", "StatefulSet", "DaemonSet", "ReplicationController"})
 
 
 @dataclass(frozen=True)
@@ -118,6 +120,9 @@ class PodInfo:
     # are the ones it chose, and it may give a partly bound gang precedence.
     # A pod created with spec.nodeName, or bound by anyone else, is not.
     bound_by_scheduler: bool = False
+    owner_kind: str = ""  # kind of its controller (the ownerReference with controller: true)
+    restart_policy: str = "Always"
+    active_deadline_seconds: int | None = None
 
     @property
     def key(self) -> str:
@@ -131,6 +136,23 @@ class PodInfo:
     def holds_resources(self) -> bool:
         """A bound pod counts against its node until it is terminal."""
         return bool(self.node_name) and not self.terminal
+
+    @property
+    def runs_to_completion(self) -> bool:
+        """Whether the pod ends by itself (docs/queueing.md, "Which pods
+        drain"): not kept running by a controller, and either killed at a
+        deadline or with containers that are not restarted once they exit."""
+        if self.owner_kind in ENDLESS_OWNERS:
+            return False
+        return self.active_deadline_seconds is not None or self.restart_policy in ("Never", "OnFailure")
+
+    @property
+    def ends_by(self) -> float | None:
+        """When the kubelet kills it at its activeDeadlineSeconds; None if it
+        has none or has not started."""
+        if self.active_deadline_seconds is None or not self.started:
+            return None
+        return self.started + self.active_deadline_seconds
 
     @functools.cached_property  # read for every pod by every pass over pods; the instance is frozen
     def gang_key(self) -> str:
@@ -279,12 +301,33 @@ def pod_from_json(obj: Mapping[str, Any]) -> PodInfo:
         started=parse_time(status.get("startTime")),
         preemptible=annotations.get(constants.PREEMPTIBLE_ANNOTATION, "true").lower() != "false",
         preemption_policy=spec.get("preemptionPolicy") or "PreemptLowerPriority",
+        owner_kind=_controller_kind(meta.get("ownerReferences")),
+        restart_policy=spec.get("restartPolicy") or "Always",
+        active_deadline_seconds=_positive_int(spec.get("activeDeadlineSeconds")),
     )
 
 
 # Tenants write pod annotations: the gpu-ids one is bounded before it is read.
 MAX_GPU_IDS_LENGTH = 1024
 MAX_GPU_ID = 4095
+
+
+def _controller_kind(owners: Any) -> str:
+    if not isinstance(owners, list):
+        return ""
+    return next((str(o.get("kind") or "") for o in owners if isinstance(o, dict) and o.get("controller")), "")
+
+
+def _positive_int(value: Any) -> int | None:
+    """A positive integer field; None when absent or not one (bad input
+    never fails the conversion)."""
+    if isinstance(value, bool):
+        return None
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        return None
+    return number if number > 0 else None
 
 
 def parse_gpu_ids(text: str | None) -> tuple[int, ...]:

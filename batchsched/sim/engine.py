@@ -269,6 +269,7 @@ class Simulation:
                 self._apply(plan)
                 dirty, last_change = True, self.now
                 self.recorder.observe(self.now, self.busy_gpus)
+            self.recorder.reserved(self.now, plan.reservation)
         return self.recorder.result(self.now)
 
     def _handle(self, event: _Event) -> bool:

@@ -12,7 +12,12 @@
   (``batchsched.core.topology.alignment.is_aligned``); on a node without a
   known topology a pod does not count as aligned;
 * **unscheduled**: pods pending just after the last arrival's cycle, and
-  pods never placed by the end of the run.
+  pods never placed by the end of the run;
+* **idled by reservations**: GPU-hours, over the whole run, of GPUs left
+  free on the nodes of the anti-starvation reservation (docs/queueing.md)
+  while another gang waited with a pod asking no more GPUs than one of
+  those nodes had free: room the reservation kept from a gang that could
+  have used it (by GPU count).
 """
 from __future__ import annotations
 
@@ -22,6 +27,7 @@ from typing import TYPE_CHECKING, Sequence
 
 from batchsched.api import constants
 from batchsched.core.model import NodeInfo, PodInfo
+from batchsched.core.queueing.queue import Reservation
 from batchsched.core.topology.accounting import topology_of
 from batchsched.core.topology.alignment import is_aligned
 
@@ -59,6 +65,7 @@ class SimResult:
     aligned_pods: int = 0
     evicted_pods: int = 0
     preempted_jobs: int = 0
+    reserved_idle_gpu_hours: float = 0.0
     cycle_seconds: list[float] = field(default_factory=list)
     series: list[tuple[float, int, int, int]] = field(default_factory=list)  # (t, allocated, busy, stranded)
     node_names: list[str] = field(default_factory=list)
@@ -99,8 +106,17 @@ class Recorder:
                                  node_names=sorted(cluster.nodes))
         self.cycle_seconds = self.result_.cycle_seconds
         self._preempted: set[str] = set()
+        self._reservation: Reservation | None = None
+        self._reserved_idle = 0  # GPUs idled by the reservation since...
+        self._reserved_idle_since = 0.0  # ...this time
+
+    def reserved(self, t: float, reservation: Reservation | None) -> None:
+        """The reservation a cycle left at ``t`` (None: none)."""
+        self._reservation = reservation
+        self._count_reserved_idle(t)
 
     def observe(self, t: float, busy_gpus: int) -> None:
+        self._count_reserved_idle(t)
         row = (t, self.cluster.allocated_gpus, busy_gpus, self.cluster.stranded)
         series = self.result_.series
         if series and series[-1][0] == t:
@@ -108,6 +124,22 @@ class Recorder:
         else:
             series.append(row)
         self.result_.allocated_peak = max(self.result_.allocated_peak, row[1])
+
+    def _count_reserved_idle(self, t: float) -> None:
+        """Add the GPU-hours idled since the last count, and see how many now."""
+        self.result_.reserved_idle_gpu_hours += self._reserved_idle * (t - self._reserved_idle_since) / 3600
+        self._reserved_idle_since = t
+        self._reserved_idle = 0
+        held = self._reservation
+        if held is None:
+            return
+        free = [self.cluster.free[name].get(constants.GPU_RESOURCE, 0) for name in held.nodes
+                if name in self.cluster.free]
+        largest = max(free, default=0)
+        pods = self.cluster.pods
+        if largest and any(0 < pods[uid].requests.get(constants.GPU_RESOURCE, 0) <= largest
+                           and pods[uid].gang_key != held.gang_key for uid in self.cluster.pending):
+            self._reserved_idle = sum(free)
 
     def bound(self, pod: PodInfo, node: NodeInfo) -> None:
         if pod.requests.get(constants.GPU_RESOURCE, 0) < 2:
@@ -138,6 +170,7 @@ class Recorder:
         self.result_.occupancy.append((t, held))
 
     def result(self, end: float) -> SimResult:
+        self._count_reserved_idle(end)
         r = self.result_
         r.end = end
         r.pods_never_placed = len(self.cluster.pending)

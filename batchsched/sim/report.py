@@ -40,6 +40,7 @@ ROWS: list[tuple[str, Callable[[SimResult], str]]] = [
     ("GPU allocation", lambda r: f"{100 * r.share(r.allocated_mean):.1f}%"),
     ("  held idle by incomplete gangs", lambda r: f"{100 * r.share(r.held_idle_mean):.1f}%"),
     ("stranded GPUs (mean)", lambda r: f"{r.stranded_mean:.1f}"),
+    ("GPU-hours idled by reservations", lambda r: f"{r.reserved_idle_gpu_hours:.1f}"),
     ("aligned multi-GPU pods", _aligned),
     ("unscheduled pods after arrivals", lambda r: str(r.pods_unscheduled)),
     ("pods never placed", lambda r: str(r.pods_never_placed)),

@@ -18,11 +18,15 @@ from batchsched.sim.files import InputError, Record, read_csv, read_yaml
 SIM_EPOCH = datetime(2024, 1, 1, tzinfo=timezone.utc)
 
 _JOB_FIELDS = {"name", "arrival", "duration", "pods", "minMember", "gpus", "cpu", "memory", "priority",
-               "priorityClass", "namespace", "labels", "preemptible", "gpuLink", "numa", "nodeSelector"}
+               "priorityClass", "namespace", "labels", "preemptible", "gpuLink", "numa", "nodeSelector",
+               "controller"}
 _GENERATOR_FIELDS = (_JOB_FIELDS - {"arrival"}) | {"count", "window"}
 _GPU_LINKS = get_args(TopologyPolicySpec.model_fields["gpu_link"].annotation)
 _NUMA = get_args(TopologyPolicySpec.model_fields["numa"].annotation)
 _DEFAULT_TOPOLOGY = TopologyPolicySpec()
+# What owns a job's pods: a Job runs them to completion (restartPolicy
+# Never); a ReplicaSet (a Deployment's) keeps them running (Always).
+CONTROLLERS = ("Job", "ReplicaSet")
 
 
 @dataclass(frozen=True)
@@ -52,6 +56,9 @@ class Job:
     node_selector: Mapping[str, str] = field(default_factory=dict)
     # label key -> allowed values: a required node affinity term (key In values)
     node_affinity: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    # Its pods' owner (CONTROLLERS); the simulator ends the job after
+    # ``duration`` either way (for a ReplicaSet: scaled down).
+    controller: str = "Job"
 
     @property
     def key(self) -> str:
@@ -87,7 +94,8 @@ def pod_object(job: Job, index: int, incarnation: int, created: float, scheduler
     if job.has_pod_group:
         labels[constants.POD_GROUP_LABEL] = job.name
     meta: dict[str, Any] = {"name": name, "namespace": job.namespace, "uid": f"{job.namespace}/{name}",
-                            "creationTimestamp": stamp(created), "labels": labels}
+                            "creationTimestamp": stamp(created), "labels": labels,
+                            "ownerReferences": [{"kind": job.controller, "name": job.name, "controller": True}]}
     if not job.preemptible:
         meta["annotations"] = {constants.PREEMPTIBLE_ANNOTATION: "false"}
     limits = {constants.GPU_RESOURCE: str(job.gpus)} if job.gpus else {}
@@ -96,6 +104,7 @@ def pod_object(job: Job, index: int, incarnation: int, created: float, scheduler
         "containers": [{"name": "main", "resources": {"requests": {"cpu": job.cpu, "memory": job.memory},
                                                       "limits": limits}}],
         "nodeSelector": dict(job.node_selector),
+        "restartPolicy": "Never" if job.controller == "Job" else "Always",
     }
     if job.priority_class:
         spec["priorityClassName"] = job.priority_class
@@ -172,6 +181,7 @@ def _job(record: Record, arrival: float, name: str | None = None, pods: int | No
         gpu_link=record.choice("gpuLink", _GPU_LINKS, "prefer-nvlink"),
         numa=record.choice("numa", _NUMA, "none"),
         node_selector=record.labels("nodeSelector"),
+        controller=record.choice("controller", CONTROLLERS, "Job"),
     )
 
 

@@ -308,3 +308,33 @@ def test_an_idle_cluster_costs_no_status_writes(env, start_scheduler):
     wait_for("two idle cycles", lambda: metric("batchsched_scheduling_cycles_total") >= cycles + 2, timeout=20)
     assert metric("batchsched_podgroup_status_writes_total") == writes
     assert env.podgroup("steady")["metadata"]["resourceVersion"] == version
+
+
+# 11
+def test_no_reservation_waits_for_deployment_pods(env, start_scheduler):
+    """Issue 11, finding 6: a ReplicaSet's inference never ends, so a big gang
+    that could only fit without it must not reserve the nodes and idle them."""
+    low, high = f"low-{env.id}", f"high-{env.id}"
+    env.add_cluster_object(priority_class(low, 10))
+    env.add_cluster_object(priority_class(high, 1000))
+    nodes = [env.add_node(f"gpu{i}", gpus=8) for i in range(4)]
+    template = pod("infer", env.namespace, gpus=1, cpu="1", priority_class=low, labels={"app": "infer"})
+    replica_set = env.kube.create(f"/apis/apps/v1/namespaces/{env.namespace}/replicasets", {
+        "apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": {"name": "infer"},
+        "spec": {"replicas": len(nodes), "selector": {"matchLabels": {"app": "infer"}},
+                 "template": {"metadata": {"labels": {"app": "infer"}}, "spec": template["spec"]}}})
+    for i, node in enumerate(nodes):  # as its controller would create them, bound one per node
+        infer = pod(f"infer-{i}", env.namespace, gpus=1, cpu="1", priority_class=low, labels={"app": "infer"})
+        infer["spec"]["nodeName"] = node
+        infer["metadata"]["ownerReferences"] = [{
+            "apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "infer",
+            "uid": replica_set["metadata"]["uid"], "controller": True}]
+        env.create(infer)
+    make_gang(env, "big", 4, gpus=8, cpu="1", priority_class=high, group_spec={"priorityClassName": high})
+    start_scheduler(queue={"reservationAfterSeconds": 0, "initialBackoffSeconds": 0.2})
+    wait_unschedulable(env, "big")
+    make_gang(env, "later", 2, gpus=4, cpu="1", priority_class=low, group_spec={"priorityClassName": low})
+    wait_for("the later gang bound beside the inference",
+             lambda: members_bound(env, "later-") == ["later-0", "later-1"])
+    assert members_bound(env, "big-") == []
+    assert_not_overcommitted(env)

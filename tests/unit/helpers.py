@@ -37,7 +37,9 @@ def node(name: str, cpu="8", memory="32Gi", gpu: int = 0, pods=110, labels=None,
 def pod(name: str, ns="default", cpu=None, memory=None, gpu: int = 0, group: str | None = None,
         scheduler="batchsched", node_name: str | None = None, phase="Pending", priority=0,
         created: float = 0.0, node_selector=None, tolerations=(), affinity_terms=None,
-        gated=False, deleting=False, gpu_ids: str | None = None, extra_limits=None) -> PodInfo:
+        gated=False, deleting=False, gpu_ids: str | None = None, extra_limits=None,
+        restart_policy: str | None = None, owner: str | None = None, deadline: int | None = None,
+        started: float | None = None) -> PodInfo:
     requests, limits = {}, {}
     if cpu is not None:
         requests["cpu"] = str(cpu)
@@ -55,6 +57,10 @@ def pod(name: str, ns="default", cpu=None, memory=None, gpu: int = 0, group: str
     }
     if node_name:
         spec["nodeName"] = node_name
+    if restart_policy:
+        spec["restartPolicy"] = restart_policy
+    if deadline is not None:
+        spec["activeDeadlineSeconds"] = deadline
     if gated:
         spec["schedulingGates"] = [{"name": "wait"}]
     if affinity_terms:
@@ -66,7 +72,12 @@ def pod(name: str, ns="default", cpu=None, memory=None, gpu: int = 0, group: str
         meta["deletionTimestamp"] = stamp(created + 1)
     if gpu_ids is not None:
         meta["annotations"] = {GPU_IDS_ANNOTATION: gpu_ids}
-    return pod_from_json({"metadata": meta, "spec": spec, "status": {"phase": phase}})
+    if owner:  # its controller's kind
+        meta["ownerReferences"] = [{"kind": owner, "name": f"{name}-owner", "controller": True}]
+    status = {"phase": phase}
+    if started is not None:
+        status["startTime"] = stamp(started)
+    return pod_from_json({"metadata": meta, "spec": spec, "status": status})
 
 
 def group(name: str, ns="default", min_member=1, created: float = 0.0, priority: int | None = None,

@@ -1,7 +1,9 @@
 from dataclasses import replace
 
+from batchsched.core.cluster import ClusterState
 from batchsched.core.config import CoreConfig
 from batchsched.core.cycle import CyclePlan, schedule_cycle
+from batchsched.core.preemption.policy import PreemptionPolicy
 from batchsched.core.queueing.queue import GangQueue, Reservation
 from batchsched.core.snapshot import Snapshot
 from tests.unit.helpers import T0, gang_pods, group, node, pod, snapshot
@@ -202,14 +204,14 @@ def test_extra_members_beyond_quorum_are_placed_when_they_fit():
 def test_a_long_waiting_gang_reserves_nodes_so_small_gangs_cannot_starve_it():
     queue = new_queue()
     nodes = [node("gpu-0", gpu=8), node("gpu-1", gpu=8), node("gpu-2", gpu=8)]
-    running = [pod("r0", gpu=8, node_name="gpu-0", phase="Running", created=-100),
-               pod("r1", gpu=4, node_name="gpu-1", phase="Running", created=-100),
-               pod("r2", gpu=4, node_name="gpu-2", phase="Running", created=-100)]
+    running = [pod(name, gpu=gpu, node_name=node_name, phase="Running", created=-100, owner="Job",
+                   restart_policy="Never")
+               for name, gpu, node_name in (("r0", 8, "gpu-0"), ("r1", 4, "gpu-1"), ("r2", 4, "gpu-2"))]
     snap = snapshot(nodes, running + gang_pods("big", 2, gpu=8), [group("big", min_member=2)])
     assert schedule_cycle(snap, queue, CONFIG).bindings == []
 
     # before the reservation delay, a small gang slips into free capacity
-    snap = later(snap, 10, pod("small-a", gpu=2, created=10))
+    snap = later(snap, 10, pod("small-a", gpu=2, created=10, restart_policy="OnFailure"))
     plan = schedule_cycle(snap, queue, CONFIG)
     assert bound_names(plan) == {"small-a": "gpu-1"}
     snap = bind(snap, plan)
@@ -241,3 +243,130 @@ def test_no_reservation_against_higher_priority_pods():
     schedule_cycle(snap, queue, CONFIG)
     schedule_cycle(later(snap, 61), queue, CONFIG)
     assert queue.reservation is None  # it cannot expect higher-priority pods to make room
+
+
+def _inference_on_every_node(priority: int = 10) -> list:
+    """Deployment-owned inference: one 1-GPU pod of a ReplicaSet per node, ours, never ending."""
+    return [pod(f"infer-{i}", gpu=1, node_name=f"gpu-{i}", phase="Running", priority=priority, created=-100,
+                owner="ReplicaSet") for i in range(4)]
+
+
+def test_no_reservation_waits_for_inference_that_never_ends():
+    # Finding 6: 4 x 8 GPUs, inference holds 1 GPU per node; a 4 x 8-GPU gang
+    # could only fit if it ended.  Its reservation would idle 28 GPUs forever.
+    queue = new_queue()
+    nodes = [node(f"gpu-{i}", gpu=8) for i in range(4)]
+    snap = snapshot(nodes, _inference_on_every_node() + gang_pods("big", 4, gpu=8, priority=100),
+                    [group("big", min_member=4, priority=100)])
+    assert schedule_cycle(snap, queue, CONFIG).bindings == []
+    snap = later(snap, 61, *gang_pods("later", 2, gpu=4, created=61))
+    snap = replace(snap, groups={**snap.groups, "default/later": group("later", min_member=2, created=61)})
+    plan = schedule_cycle(snap, queue, CONFIG)
+    assert queue.reservation is None
+    assert {b.gang_key for b in plan.bindings} == {"default/later"}
+
+
+def test_no_end_pods_are_those_kept_by_controllers_or_restarted_without_a_deadline():
+    # Which pods a reservation may wait out (docs/queueing.md, "Which pods drain").
+    assert pod("job", owner="Job", restart_policy="Never").runs_to_completion
+    assert pod("bare-batch", restart_policy="OnFailure").runs_to_completion
+    assert pod("bare-deadline", deadline=600).runs_to_completion  # restartPolicy Always, but killed then
+    assert not pod("bare-service").runs_to_completion  # restartPolicy Always, no deadline
+    for owner in ("ReplicaSet", "StatefulSet", "DaemonSet"):
+        assert not pod(f"{owner}-pod", owner=owner, restart_policy="Never", deadline=600).runs_to_completion
+    assert pod("d", deadline=600, started=100).ends_by == T0 + 700
+    assert pod("d", deadline=600).ends_by is None  # not started
+    assert pod("h", deadline="soon").active_deadline_seconds is None  # hostile values are ignored
+
+
+def test_a_hopeless_gang_still_preempts_the_endless_pods_it_outranks():
+    queue = new_queue()
+    nodes = [node(f"gpu-{i}", gpu=8) for i in range(4)]
+    snap = snapshot(nodes, _inference_on_every_node() + gang_pods("big", 4, gpu=8, priority=100),
+                    [group("big", min_member=4, priority=100)])
+    schedule_cycle(snap, queue, CONFIG)  # no preemption yet: big only starts waiting
+    plan = schedule_cycle(later(snap, 61), queue, CONFIG, PreemptionPolicy(enabled=True))
+    assert queue.reservation is None
+    assert sorted(e.pod.name for e in plan.evictions) == [f"infer-{i}" for i in range(4)]
+
+
+def _deadline_scene(deadline: int | None, max_reservation: float):
+    """Job pods hold half of two nodes; a gang needs both whole nodes."""
+    config = replace(CONFIG, max_reservation_seconds=max_reservation)
+    queue = GangQueue.from_config(config)
+    running = [pod(f"job-{i}", gpu=4, node_name=f"gpu-{i}", phase="Running", created=-100, started=0,
+                   owner="Job", restart_policy="Never", deadline=deadline) for i in range(2)]
+    snap = snapshot([node("gpu-0", gpu=8), node("gpu-1", gpu=8)], running + gang_pods("big", 2, gpu=8),
+                    [group("big", min_member=2)])
+    schedule_cycle(snap, queue, config)
+    snap = later(snap, 61)
+    schedule_cycle(snap, queue, config)
+    assert queue.reservation is not None and queue.reservation.gang_key == "default/big"
+    return config, queue, snap
+
+
+def test_a_reservation_is_released_once_the_pods_it_waits_for_are_past_their_deadline():
+    config, queue, snap = _deadline_scene(deadline=200, max_reservation=3600)
+    schedule_cycle(later(snap, 160), queue, config)  # t=221 <= 200 + the kill's grace
+    assert queue.reservation is not None
+    snap = later(snap, 170, pod("small", gpu=2, created=231))  # t=231: still running past 230
+    plan = schedule_cycle(snap, queue, config)
+    assert queue.reservation is None and queue.reservation_expired("default/big")
+    assert bound_names(plan) == {"small": "gpu-0"}
+    assert "reservation was released" in plan.verdicts["default/big"].message
+    # It holds none again until it changes...
+    plan = schedule_cycle(later(bind(snap, plan), 10), queue, config)
+    assert queue.reservation is None
+    queue.touch("default/big")  # ...as when its pods or PodGroup change
+    schedule_cycle(later(bind(snap, plan), 20), queue, config)
+    assert queue.reservation is not None
+
+
+def test_a_reservation_without_a_known_end_is_released_after_max_reservation_seconds():
+    config, queue, snap = _deadline_scene(deadline=None, max_reservation=100)
+    schedule_cycle(later(snap, 100), queue, config)  # held 100 s: not beyond the bound
+    assert queue.reservation is not None
+    snap = later(snap, 101, pod("small", gpu=2, created=162))
+    plan = schedule_cycle(snap, queue, config)
+    assert queue.reservation is None
+    assert bound_names(plan) == {"small": "gpu-0"}
+
+
+def test_a_fitting_gang_behind_a_thousand_stuck_ones_is_tried_within_two_passes():
+    # Finding 7: 1000 higher-priority gangs that cannot fit, a pod ending
+    # every cycle, 10 attempts per cycle, and a small gang behind them all.
+    config = replace(CONFIG, max_gangs_per_cycle=10, max_backoff=600)
+    queue = GangQueue.from_config(config)
+    nodes = [node(f"gpu-{i}", gpu=8) for i in range(4)]
+    theirs = [pod(f"theirs-{i}-{j}", gpu=1, node_name=f"gpu-{i}", phase="Running", scheduler="default-scheduler")
+              for i in range(4) for j in range(6)]
+    stuck = [pod(f"stuck-{k}", gpu=8, priority=100, created=k) for k in range(1000)]
+    cluster = ClusterState("batchsched", nodes, theirs + stuck + [pod("late", gpu=1, created=2000)])
+    bound_late_at = None
+    for cycle in range(2 * 101 + 1):  # the bound: 2 * ceil(1001 gangs / 10) + 1 cycles
+        ended = theirs[cycle % len(theirs)]  # churn: one of their pods ends, another takes its place
+        cluster.remove_pod(ended.uid)
+        theirs[cycle % len(theirs)] = replace(ended, uid=f"{ended.uid}-{cycle}", name=f"{ended.name}-{cycle}")
+        cluster.put_pod(theirs[cycle % len(theirs)])
+        queue.capacity_freed()
+        plan = schedule_cycle(Snapshot.of(cluster, {}, T0 + cycle), queue, config)
+        assert len([v for v in plan.verdicts.values() if v.reason == "Unschedulable"]) <= 10
+        if "late" in bound_names(plan):
+            bound_late_at = cycle
+            break
+    assert bound_late_at is not None
+
+
+def test_churn_that_cannot_help_a_gang_leaves_its_backoff_alone():
+    queue = new_queue()
+    theirs = [pod(f"theirs-{j}", gpu=1, node_name="gpu-0", phase="Running", scheduler="default-scheduler")
+              for j in range(4)]
+    cluster = ClusterState("batchsched", [node("gpu-0", gpu=8)], theirs + [pod("whole", gpu=8)])
+    assert "default/pod:whole" in schedule_cycle(Snapshot.of(cluster, {}, T0), queue, CONFIG).verdicts
+    cluster.remove_pod(theirs[0].uid)  # 5 GPUs free: not enough for it
+    queue.capacity_freed()
+    assert "default/pod:whole" not in schedule_cycle(Snapshot.of(cluster, {}, T0 + 0.5), queue, CONFIG).verdicts
+    for p in theirs[1:]:  # the node frees whole: worth a try before the backoff ends
+        cluster.remove_pod(p.uid)
+    queue.capacity_freed()
+    assert bound_names(schedule_cycle(Snapshot.of(cluster, {}, T0 + 0.6), queue, CONFIG)) == {"whole": "gpu-0"}

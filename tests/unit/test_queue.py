@@ -43,7 +43,11 @@ def test_backoff_doubles_up_to_the_maximum():
 
 def test_success_touch_and_freed_capacity_reset_the_backoff():
     q = make_queue()
-    for reset in (lambda: q.record_success("g"), lambda: q.touch("g"), q.capacity_freed):
+    def capacity_freed_that_helps():
+        q.capacity_freed()
+        q.retry_if_freed(lambda key: True, lambda key: True)
+
+    for reset in (lambda: q.record_success("g"), lambda: q.touch("g"), capacity_freed_that_helps):
         q.upsert("g", 0, 0, now=0)
         q.record_failure("g", now=0)
         q.record_failure("g", now=0)
@@ -97,6 +101,10 @@ def test_reservation_candidates_are_long_waiting_gangs_in_order():
     q.mark_hopeless("high")
     assert list(q.reservation_candidates(now=100)) == ["low"]
     q.capacity_freed()
+    q.retry_if_freed(lambda key: True, lambda key: False)  # freed room it could not use even drained
+    assert list(q.reservation_candidates(now=100)) == ["low"]
+    q.capacity_freed()
+    q.retry_if_freed(lambda key: True, lambda key: key == "high")
     assert list(q.reservation_candidates(now=100)) == ["high", "low"]
 
 
@@ -105,7 +113,7 @@ def test_a_reservation_binds_only_gangs_ordered_after_its_holder():
     q.upsert("first", 9, 0, now=0)
     q.upsert("holder", 5, 0, now=0)
     q.upsert("later", 5, 1, now=0)
-    q.reserve("holder", {"n1", "n2"})
+    q.reserve("holder", {"n1", "n2"}, now=0)
     assert q.reservation == Reservation("holder", frozenset({"n1", "n2"}))
     assert q.reserved_against("first") == frozenset()
     assert q.reserved_against("holder") == frozenset()
@@ -118,7 +126,7 @@ def test_the_reservation_ends_when_its_holder_succeeds_leaves_or_gives_up():
     for end in (lambda: q.record_success("h"), lambda: q.remove("h"),
                 lambda: q.time_out("h"), lambda: q.mark_hopeless("h")):
         q.upsert("h", 0, 0, now=0)
-        q.reserve("h", {"n"})
+        q.reserve("h", {"n"}, now=0)
         end()
         assert q.reservation is None
         q.remove("h")
@@ -132,7 +140,7 @@ def test_sync_drops_gangs_that_left():
 
     q = make_queue()
     q.sync([G("a"), G("b")], now=0)
-    q.reserve("b", {"n"})
+    q.reserve("b", {"n"}, now=0)
     q.sync([G("a")], now=1)
     assert list(q.ordered()) == ["a"] and "b" not in q and len(q) == 1
     assert q.reservation is None
@@ -141,3 +149,28 @@ def test_sync_drops_gangs_that_left():
 def test_from_config():
     q = GangQueue.from_config(CoreConfig(initial_backoff=2, max_backoff=30, reservation_after_seconds=5))
     assert (q.initial_backoff, q.max_backoff, q.reservation_after_seconds) == (2, 30, 5)
+
+
+def test_attempts_go_on_where_the_budget_stopped_and_each_gang_gets_one_per_pass():
+    q = make_queue()
+    for i, key in enumerate("abcde"):
+        q.upsert(key, 0, i, now=0)
+    assert list(q.attempts(now=0, budget=2)) == ["a", "b"]
+    assert q.next_retry_at() == 0  # the pass is unfinished: the next cycle comes at once
+    q.upsert("new", 9, 0, now=1)  # ahead of where the pass goes on, and new to it: tried first
+    assert list(q.attempts(now=1, budget=2)) == ["new", "c"]
+    assert list(q.attempts(now=2, budget=2)) == ["d", "e"]
+    assert q.next_retry_at() is None  # the pass is done
+    assert list(q.attempts(now=3, budget=10)) == ["new", "a", "b", "c", "d", "e"]
+
+
+def test_freed_capacity_ends_only_the_backoffs_it_may_help():
+    q = make_queue()
+    for key in ("helped", "not-helped"):
+        q.upsert(key, 0, 0, now=0)
+        q.record_failure(key, now=0)
+    q.retry_if_freed(lambda key: True, lambda key: True)
+    assert not q.ready("helped", 0.5)  # nothing was freed
+    q.capacity_freed()
+    q.retry_if_freed(lambda key: key == "helped", lambda key: True)
+    assert q.ready("helped", 0.5) and not q.ready("not-helped", 0.5)

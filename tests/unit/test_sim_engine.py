@@ -12,6 +12,7 @@ from batchsched.sim.cluster import NodeGroup, build_nodes, builtin_topologies
 from batchsched.sim.engine import SimCluster, Simulation, SimulationError, simulate
 from batchsched.sim.metrics import percentile, window_mean
 from batchsched.sim.policies import BatchschedPolicy
+from batchsched.sim.report import summary
 from batchsched.sim.workload import Job, pod_object
 from tests.unit.test_core_boundary import ROOT, imported_modules
 
@@ -140,3 +141,29 @@ def test_the_simulator_drives_the_core_without_the_shell():
                  if module.split(".")[0] in ("asyncio", "aiohttp", "kubernetes")
                  or module.startswith("batchsched.shell")]
     assert offenders == []
+
+
+def _reservation_scene(controller: str):
+    """Two 6-GPU pods of ``controller`` fill most of two nodes until t=1000;
+    a gang of two whole nodes waits from t=1 (reserving both after 60 s);
+    1-GPU pods from t=100 would fit in the 2 GPUs left on each."""
+    jobs = ([training(f"hold-{i}", 0, 1000, gpus=6, controller=controller) for i in range(2)]
+            + [training("big", 1, 100, pods=2)]
+            + [training(f"small-{i}", 100 + i, 50, gpus=1) for i in range(2)])
+    return {p: simulate(nodes(), jobs, BatchschedPolicy() if p == "batchsched" else baseline(p, seed=1))
+            for p in ("batchsched", "binpack")}
+
+
+def test_gpu_hours_idled_by_a_reservation_are_reported():
+    results = _reservation_scene("Job")
+    # 4 GPUs (2 per reserved node) idle from t=100, when the small pods come,
+    # until the holders end at t=1000: 1 GPU-hour (and a cycle's worth more).
+    assert 1.0 <= results["batchsched"].reserved_idle_gpu_hours < 1.01
+    assert results["binpack"].reserved_idle_gpu_hours == 0
+    assert "GPU-hours idled by reservations" in summary(list(results.values()))
+
+
+def test_no_reservation_idles_gpus_behind_deployment_pods():
+    result = _reservation_scene("ReplicaSet")["batchsched"]
+    assert result.reserved_idle_gpu_hours == 0
+    assert sorted(result.waits)[:4] == [0.0, 0.0, 0.0, 0.0]  # the small pods go at once

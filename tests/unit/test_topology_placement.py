@@ -231,7 +231,7 @@ def test_configured_domain_labels_are_tried_smallest_kind_first():
 def test_reservations_plan_with_gpu_ids_and_domains():
     config = CoreConfig(reservation_after_seconds=0)
     spec = {"domain": {"mode": "required"}}
-    hog = [pod("hog", gpu=8, node_name="a1", gpu_ids="0,1,2,3,4,5,6,7", created=-10)]
+    hog = [pod("hog", gpu=8, node_name="a1", gpu_ids="0,1,2,3,4,5,6,7", created=-10, restart_policy="Never")]
     queue = GangQueue.from_config(config)
     for now in (5, 10):  # the second cycle finds the gang waiting
         snap = snapshot(DOMAINS[:2], hog + gang_pods("g", 2, gpu=8), [group("g", 2, spec)], now=now)

@@ -5,16 +5,28 @@ Order
     not yet complete, e.g. after a binding failed mid-gang) comes first, so
     its remainder is placed before anyone takes the room; members bound by
     anyone else (a pod created with spec.nodeName) give no such precedence.
-    Then gangs by priority (highest
-    first), creation time (oldest first) and key.  Every gang whose backoff has expired is tried in each
-    cycle, so a gang that does not fit never blocks the gangs behind it.
+    Then gangs by priority (highest first), creation time (oldest first) and
+    key.  Every gang whose backoff has expired is tried, in this order, so a
+    gang that does not fit never blocks the gangs behind it.
+
+Attempts per cycle (``attempts``)
+    At most ``max_gangs_per_cycle`` gangs are tried in one cycle.  A *pass*
+    goes over the queue in order and may span cycles: when the budget runs
+    out, the next cycle resumes after the last gang tried, and a gang ahead
+    of that point which this pass already tried waits for the next pass
+    (gangs new to the pass are still tried first, in order).  So each gang
+    is tried at most once per pass, and a ready gang is tried within the
+    cycles two passes take: at most ``2 * ceil(N / max_gangs_per_cycle) + 1``
+    with N gangs in the queue.
 
 Backoff
     After a failed attempt a gang waits ``initial_backoff`` seconds, doubling
     with each further failure up to ``max_backoff``.  The backoff is cleared
     when the gang is placed, when its membership or spec changes (``touch``,
-    also detected by ``sync`` from the gang's signature), and for every gang
-    when capacity frees up (``capacity_freed``).
+    also detected by ``sync`` from the gang's signature), and when capacity
+    frees up (``capacity_freed``) for the gangs the freed capacity may help:
+    ``retry_if_freed`` asks the cycle, which knows the nodes and the gangs'
+    pods.
 
     A binding the API refused (an admission webhook, a quota) backs the gang
     off on its own clock (``record_bind_refused``), doubling the same way;
@@ -39,23 +51,28 @@ Schedule timeout
 Anti-starvation reservation
     Because smaller gangs keep slipping into capacity as it frees up, a large
     gang could wait forever.  So the first gang in queue order that has waited
-    longer than ``reservation_after_seconds``, has not timed out, and is not
-    hopeless gets a reservation: it is planned against node allocatable minus
-    the pods it cannot expect to finish for it -- pods that are not ours,
-    pods of gangs with a higher priority, its own bound members -- as if our
-    other pods of lower or equal priority had all finished (among nodes
-    equally good then, those freest now).  The nodes of that plan are
+    longer than ``reservation_after_seconds``, has not timed out, is not
+    hopeless and has not outlasted a reservation gets one: it is planned
+    against node allocatable minus the pods it cannot expect to finish for
+    it -- pods that are not ours, pods of gangs with a higher priority, its
+    own bound members, pods that never end by themselves
+    (``PodInfo.runs_to_completion``) -- as if our other pods of lower or
+    equal priority had all finished (among nodes equally good then, those
+    freest now).  The nodes of that plan are
     off-limits to every gang ordered after it until it is placed or leaves
     the queue; gangs ordered before it are unaffected.  A gang that does not
     fit even then is *hopeless*: it never holds a reservation, so it cannot
-    starve anyone; the check is repeated after ``touch`` or
-    ``capacity_freed``.  The reservation is recomputed every cycle by
+    starve anyone; the check is repeated after ``touch`` or after
+    ``capacity_freed`` that may help it (``retry_if_freed``).  A gang that holds the reservation longer than
+    ``max_reservation_seconds``, or past the deadlines of every pod it waits
+    for, loses it and is marked ``reservation_expired`` until ``touch``ed
+    (``reserve``).  The reservation is recomputed every cycle by
     ``batchsched.core.cycle``; the queue holds the result and enforces it.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Hashable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable, Hashable, Iterable, Iterator
 
 from sortedcontainers import SortedList
 
@@ -78,6 +95,8 @@ class _Entry:
     retry_at: float = 0.0
     timed_out: bool = False
     hopeless: bool = False
+    reservation_expired: bool = False  # held one past its bound; none until touched
+    tried_in_pass: int = -1  # the last pass (GangQueue._pass) that tried it
 
     @property
     def order(self) -> _OrderKey:
@@ -88,14 +107,16 @@ class _Entry:
 class Reservation:
     gang_key: str
     nodes: frozenset[str]
+    since: float = field(default=0.0, compare=False)  # when this gang first got it
 
 
 class GangQueue:
     def __init__(self, initial_backoff: float = 1.0, max_backoff: float = 60.0,
-                 reservation_after_seconds: float = 60.0):
+                 reservation_after_seconds: float = 60.0, max_reservation_seconds: float = 3600.0):
         self.initial_backoff = initial_backoff
         self.max_backoff = max_backoff
         self.reservation_after_seconds = reservation_after_seconds
+        self.max_reservation_seconds = max_reservation_seconds
         self._entries: dict[str, _Entry] = {}
         self._order: SortedList = SortedList()  # of _OrderKey
         self._waiting_hints: dict[str, float] = {}
@@ -105,10 +126,15 @@ class GangQueue:
         # gang key -> why it was started over; kept until it is placed again
         # (or forgotten), so its verdict keeps saying so while its pods return
         self.started_over: dict[str, str] = {}
+        self._pass = 0  # the current pass over the queue (``attempts``)
+        self._resume: _OrderKey | None = None  # where the current pass goes on; None: from the head
+        self._paused_at: float | None = None  # when the budget cut the current pass short
+        self._freed = False  # capacity freed since the last ``retry_if_freed``
 
     @classmethod
     def from_config(cls, config: CoreConfig) -> GangQueue:
-        return cls(config.initial_backoff, config.max_backoff, config.reservation_after_seconds)
+        return cls(config.initial_backoff, config.max_backoff, config.reservation_after_seconds,
+                   config.max_reservation_seconds)
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -188,8 +214,9 @@ class GangQueue:
     def touch(self, gang_key: str) -> None:
         """The gang's membership or spec changed: retry it at once.
 
-        Clears its backoff and hopeless mark; a timed-out gang is attempted
-        again with its waiting clock restarted at the next cycle.
+        Clears its backoff, hopeless and reservation-expired marks; a
+        timed-out gang is attempted again with its waiting clock restarted
+        at the next cycle.
         """
         entry = self._entries.get(gang_key)
         if entry is None:
@@ -197,16 +224,31 @@ class GangQueue:
         entry.failures = 0
         entry.retry_at = 0.0
         entry.hopeless = False
+        entry.reservation_expired = False
         if entry.timed_out:
             entry.timed_out = False
             entry.waiting_since = None
 
     def capacity_freed(self) -> None:
-        """Pods ended or nodes came: every gang may fit now, retry them all."""
+        """Pods ended or nodes came: the next ``retry_if_freed`` retries the
+        gangs it may help."""
+        self._freed = True
+
+    def retry_if_freed(self, may_fit: Callable[[str], bool], may_fit_drained: Callable[[str], bool]) -> None:
+        """If capacity was freed since the last call, end the backoff of each
+        backing-off gang that ``may_fit`` and the hopeless mark of each one
+        that ``may_fit_drained`` (as the reservation plans it); the others
+        keep theirs, so churn that cannot help them does not make them use
+        up a cycle's attempts or its reservation check."""
+        if not self._freed:
+            return
+        self._freed = False
         for entry in self._entries.values():
-            entry.failures = 0
-            entry.retry_at = 0.0
-            entry.hopeless = False
+            if entry.retry_at and may_fit(entry.key):
+                entry.failures = 0
+                entry.retry_at = 0.0
+            if entry.hopeless and may_fit_drained(entry.key):
+                entry.hopeless = False
 
     def set_waiting_since(self, gang_key: str, since: float) -> None:
         """The gang has been waiting since ``since`` (e.g. from PodGroup
@@ -218,6 +260,26 @@ class GangQueue:
             entry.waiting_since = since
 
     # -- attempts ---------------------------------------------------------
+
+    def attempts(self, now: float, budget: int) -> Iterator[str]:
+        """The gangs to try in this cycle, in order: those ready, at most
+        ``budget`` of them, going on with the current pass (module
+        docstring).  Consume it whole; each key yielded counts as tried."""
+        current, resume = self._pass, self._resume
+        tried = 0
+        for order in list(self._order):
+            entry = self._entries.get(order[3])
+            if entry is None or not self.ready(entry.key, now):
+                continue
+            if resume is not None and order < resume and entry.tried_in_pass == current:
+                continue  # tried in this pass already: its turn comes in the next
+            if tried == budget:
+                self._resume, self._paused_at = order, now
+                return
+            entry.tried_in_pass = current
+            tried += 1
+            yield entry.key
+        self._pass, self._resume, self._paused_at = current + 1, None, None
 
     def ready(self, gang_key: str, now: float) -> bool:
         entry = self._entries.get(gang_key)
@@ -269,10 +331,13 @@ class GangQueue:
         self._release_if_held_by(gang_key)
 
     def next_retry_at(self) -> float | None:
-        """When the earliest backed-off gang becomes ready (for the shell's
-        next wake-up); None when no gang is backing off."""
+        """When the earliest backed-off gang becomes ready, or at once when
+        the budget cut the last pass short (for the shell's next wake-up);
+        None when no gang waits for either."""
         times = [max(e.retry_at, self._bind_refusals.get(e.key, (0, 0.0))[1]) for e in self._entries.values()
                  if (e.retry_at or e.key in self._bind_refusals) and not e.timed_out]
+        if self._paused_at is not None:
+            times.append(self._paused_at)
         return min(times, default=None)
 
     # -- schedule timeout ---------------------------------------------------
@@ -299,7 +364,8 @@ class GangQueue:
         """Gangs, in order, that have waited long enough for a reservation."""
         for key in self.ordered():
             entry = self._entries[key]
-            if (not entry.timed_out and not entry.hopeless and entry.waiting_since is not None
+            if (not entry.timed_out and not entry.hopeless and not entry.reservation_expired
+                    and entry.waiting_since is not None
                     and now - entry.waiting_since > self.reservation_after_seconds):
                 yield key
 
@@ -308,8 +374,27 @@ class GangQueue:
         self._entries[gang_key].hopeless = True
         self._release_if_held_by(gang_key)
 
-    def reserve(self, gang_key: str, nodes: Iterable[str]) -> None:
-        self._reservation = Reservation(gang_key, frozenset(nodes))
+    def reserve(self, gang_key: str, nodes: Iterable[str], now: float, awaited_end: float | None = None) -> bool:
+        """Reserve ``nodes`` for ``gang_key``, unless it has held the
+        reservation past its bound: ``max_reservation_seconds`` since it got
+        it, or ``awaited_end``, when the pods it waits for must be gone.
+        Then it is released and the gang marked (``reservation_expired``);
+        returns whether the gang holds it."""
+        held = self._reservation
+        since = held.since if held is not None and held.gang_key == gang_key else now
+        limit = since + self.max_reservation_seconds
+        if awaited_end is not None:
+            limit = min(limit, max(awaited_end, since))
+        if now > limit:
+            self._entries[gang_key].reservation_expired = True
+            self._release_if_held_by(gang_key)
+            return False
+        self._reservation = Reservation(gang_key, frozenset(nodes), since)
+        return True
+
+    def reservation_expired(self, gang_key: str) -> bool:
+        entry = self._entries.get(gang_key)
+        return entry is not None and entry.reservation_expired
 
     def release_reservation(self) -> None:
         self._reservation = None
