@@ -32,6 +32,7 @@ import http.client
 import json
 import random
 import re
+import socket
 import ssl
 import threading
 import time
@@ -42,9 +43,12 @@ from urllib.parse import urlsplit
 import aiohttp
 from aiohttp import web
 
-# Hop-by-hop headers are the proxy's own business on each side.
+# Hop-by-hop headers are the proxy's own business on each side; the API
+# server is asked for plain bodies (no Accept-Encoding), so watch streams can
+# be read, delayed and cut line by line.
 HOP_HEADERS = frozenset({"connection", "keep-alive", "transfer-encoding", "content-length", "host",
-                         "content-encoding", "upgrade", "proxy-connection", "te", "trailer"})
+                         "accept-encoding", "content-encoding", "upgrade", "proxy-connection", "te",
+                         "trailer"})
 WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 BINDING_PATH = r"/api/v1/namespaces/[^/]+/pods/[^/]+/binding$"
 
@@ -188,7 +192,7 @@ class FaultProxy:
         ctx.check_hostname = False
         ctx.verify_mode = ssl.CERT_NONE  # the local control plane's self-signed certificate
         self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(ssl=ctx, limit=0), auto_decompress=False,
+            connector=aiohttp.TCPConnector(ssl=ctx, limit=0), skip_auto_headers=("Accept-Encoding",),
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=10))
         self._held = asyncio.Event()
         app = web.Application(client_max_size=64 * 1024 * 1024)
@@ -220,10 +224,11 @@ class FaultProxy:
         return path
 
     async def _listen(self, name: str) -> int:
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
         self._clients[port] = name
+        await web.SockSite(self._runner, sock).start()
         return port
 
     # ---- faults ----------------------------------------------------------------
@@ -239,7 +244,9 @@ class FaultProxy:
             self.rules.clear()
 
     def release_held(self) -> None:
-        """Let held requests go on: they are forwarded (unless their client left)."""
+        """Let held requests go on (forwarded, unless their client left) and drop the hold rules."""
+        with self._lock:
+            self.rules = [rule for rule in self.rules if rule.fault != "hold"]
         self._loop.call_soon_threadsafe(self._held.set)
 
     def expire_watches(self, path: str = ".*", client: str | None = None) -> int:
@@ -356,8 +363,8 @@ class FaultProxy:
             try:
                 async for line in upstream.content:
                     await lines.put((time.monotonic() + delay, line))
-            except (aiohttp.ClientError, OSError, asyncio.TimeoutError):
-                pass
+            except (aiohttp.ClientError, OSError, asyncio.TimeoutError, ValueError):
+                pass  # the stream broke (the API server went away): end it for the client too
             await lines.put((time.monotonic() + delay, b""))
 
         reader = asyncio.create_task(read())
