@@ -206,6 +206,10 @@ class FaultProxy:
             w.expire.set()
         await self._runner.cleanup()
         await self._session.close()
+        others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in others:
+            task.cancel()
+        await asyncio.gather(*others, return_exceptions=True)
 
     # ---- clients ---------------------------------------------------------------
 
@@ -369,6 +373,7 @@ class FaultProxy:
 
         reader = asyncio.create_task(read())
         expired = asyncio.create_task(watch.expire.wait())
+        getting = None
         try:
             while True:
                 getting = asyncio.create_task(lines.get())
@@ -387,8 +392,9 @@ class FaultProxy:
         except (ConnectionError, aiohttp.ClientError, RuntimeError):
             pass  # the client went away
         finally:
-            reader.cancel()
-            expired.cancel()
+            for task in (reader, expired, getting):
+                if task is not None:
+                    task.cancel()
             self._watches.remove(watch)
         return response
 

@@ -45,10 +45,8 @@ def test_bindings_committed_but_unanswered_end_whole(chaos):
     chaos.finish()
 
 
-@pytest.mark.xfail(strict=True, reason="issue 11: binding assumptions: a binding whose reply was lost is "
-                                       "forgotten on the 409 of its retry, so its room is handed out again "
-                                       "before the lagging watch shows the pod bound")
 def test_unanswered_bindings_while_the_pod_watch_lags(chaos):
+    """A lost reply's retry meets 409 and is forgotten before the lagging watch shows the pod bound."""
     burst(chaos)
     lag = chaos.proxy.add_rule("delay", watch=True, path=r"^/api/v1/pods$", seconds=3)
     dropped = chaos.proxy.add_rule("drop_reply", method="POST", path=BINDING_PATH, probability=0.4, count=8)
@@ -68,15 +66,13 @@ def watch_lag_scenario(chaos, lag_seconds: float, **config) -> None:
     chaos.finish(still_for=lag_seconds + 3)  # the scheduler acts on what it sees that late
 
 
-@pytest.mark.xfail(strict=True, reason="issue 11: binding assumptions: an assumed binding not confirmed "
-                                       "within assumeTimeoutSeconds is forgotten and its room reused while "
-                                       "the pod is in fact bound")
 def test_a_watch_lagging_past_the_assume_timeout(chaos):
+    """Assumptions expire (2 s) before the watch (5 s late) confirms them: the pods are
+    re-planned while in fact bound, and the API's 409 must keep them where they are."""
     watch_lag_scenario(chaos, 5.0, binding={"assumeTimeoutSeconds": 2.0})
 
 
 @pytest.mark.chaos_long
-@pytest.mark.xfail(strict=True, reason="issue 11: binding assumptions (the issue's 45 s watch delay, "
-                                       "default assumeTimeoutSeconds 30)")
 def test_a_watch_lagging_45_seconds(chaos):
+    """The issue's 45 s watch delay, with the default assumeTimeoutSeconds (30)."""
     watch_lag_scenario(chaos, 45.0)
