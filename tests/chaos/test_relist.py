@@ -15,7 +15,7 @@ WATCHED = r"^/api/v1/(pods|nodes)$|/podgroups$|/priorityclasses$"
 
 def relists(replica) -> float:
     text = replica.get("/metrics")[1]
-    return sum(sample(text, "batchsched_watch_restarts_total", f'resource="{kind}",reason="gone"') or 0
+    return sum(sample(text, "batchsched_watch_restarts_total", f'reason="gone",resource="{kind}"') or 0
                for kind in ("pods", "nodes", "podgroups", "priorityclasses"))
 
 
