@@ -53,7 +53,10 @@ def fill_a_free_node(chaos) -> None:
 
 @pytest.mark.xfail(strict=True, reason="issue 11: partial-gang timeout: a gang a crash left below minMember "
                                        "whose remainder no longer fits stays partially bound for ever")
-@pytest.mark.parametrize("take_room", [remove_a_free_node, fill_a_free_node], ids=["node-removed", "node-filled"])
+@pytest.mark.parametrize("take_room", [
+    pytest.param(remove_a_free_node, marks=pytest.mark.chaos_long),  # the same defect: kept out of make test
+    fill_a_free_node,
+], ids=["node-removed", "node-filled"])
 def test_a_gang_cut_by_a_crash_whose_remainder_no_longer_fits(chaos, take_room):
     # scheduleTimeoutSeconds: the PodGroup's own deadline, so a fix has a bound to act on
     kill_mid_gang(chaos, scheduleTimeoutSeconds=5)
