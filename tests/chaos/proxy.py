@@ -90,6 +90,8 @@ class Rule:
     def __post_init__(self) -> None:
         if self.fault not in FAULTS:
             raise ValueError(f"unknown fault {self.fault!r}; one of {FAULTS}")
+        if self.fault == "gone":
+            self.watch = True  # only a watch can end with an ERROR event
         self._path = re.compile(self.path)
 
     def matches(self, client: str, method: str, path: str, watch: bool) -> bool:
@@ -308,7 +310,7 @@ class FaultProxy:
                                          status=rule.status, headers=headers)
             if rule.fault == "reset":
                 return self._abort(request)
-            if rule.fault == "gone" and watch:
+            if rule.fault == "gone":
                 return await self._answer_gone(request, record)
             if rule.fault == "hold":
                 await self._held.wait()
