@@ -1,11 +1,12 @@
 # The two commands the README promises (both work on a fresh machine):
 #   make demo   simulate batchsched beside three baselines on the embedded default cluster and workload
 #   make test   install what the tests need, build or reuse the control plane, run every test
+#   make chaos  the chaos suite (tests/chaos) with its long variants (marker chaos_long), which make test leaves out
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: test demo install binaries
+.PHONY: test chaos demo install binaries
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -19,6 +20,9 @@ binaries:
 
 test: install binaries
 	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+
+chaos: install binaries
+	$(PY) -m pytest -q -p no:cacheprovider -m 'e2e or chaos_long' tests/chaos $(PYTEST_ARGS)
 
 demo: install
 	$(PY) -m batchsched simulate

@@ -31,7 +31,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -247,6 +247,9 @@ class Cluster:
     server: str
     token: str
     pids: dict[str, int]
+    # how each process was started, so restart() can start it again the same way
+    argv: dict[str, list[str]] = field(default_factory=dict)
+    die_with_parent: bool = False
 
     @property
     def kubeconfig(self) -> Path:
@@ -318,14 +321,11 @@ def up(workdir: Path, with_scheduler: bool = True, die_with_parent: bool = False
     logs = workdir / "logs"
     logs.mkdir(exist_ok=True)
     procs: dict[str, subprocess.Popen] = {}
+    argvs: dict[str, list[str]] = {}
 
     def start(name: str, argv: list[str]) -> None:
-        out = open(logs / f"{name}.log", "wb")
-        procs[name] = subprocess.Popen(
-            argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            preexec_fn=_die_with_parent if die_with_parent else None,
-            start_new_session=not die_with_parent,
-        )
+        argvs[name] = argv
+        procs[name] = _start_process(logs / f"{name}.log", argv, die_with_parent)
         _write_pids(workdir, {n: p.pid for n, p in procs.items()})
 
     try:
@@ -396,6 +396,7 @@ def up(workdir: Path, with_scheduler: bool = True, die_with_parent: bool = False
             if proc.poll() is not None:
                 raise RuntimeError(f"{name} exited with {proc.returncode}; see {logs / (name + '.log')}")
         cluster.pids = {n: p.pid for n, p in procs.items()}
+        cluster.argv, cluster.die_with_parent = argvs, die_with_parent
         (workdir / "cluster.json").write_text(json.dumps(
             {"server": server, "token": token, "pids": cluster.pids}, indent=2))
         log(f"up in {time.monotonic() - t0:.1f}s: {server} (kubeconfig {cluster.kubeconfig})")
@@ -403,6 +404,44 @@ def up(workdir: Path, with_scheduler: bool = True, die_with_parent: bool = False
     except BaseException:
         _stop_pids({n: p.pid for n, p in procs.items()})
         raise
+
+
+def _start_process(log_path: Path, argv: list[str], die_with_parent: bool) -> subprocess.Popen:
+    return subprocess.Popen(
+        argv, stdout=open(log_path, "ab"), stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        preexec_fn=_die_with_parent if die_with_parent else None,
+        start_new_session=not die_with_parent,
+    )
+
+
+def kill_component(cluster: Cluster, name: str) -> None:
+    """SIGKILL one process of the cluster (a crash: no graceful shutdown) and reap it."""
+    pid = cluster.pids[name]
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while _pid_alive(pid) and time.monotonic() < deadline:
+        _reap(pid)
+        time.sleep(0.02)
+
+
+def start_component(cluster: Cluster, name: str, timeout: float = 60.0) -> None:
+    """Start one killed process again with its first command line: the same
+    port and the same etcd, so every kubeconfig stays valid. Returns once
+    kube-apiserver answers /readyz (other components: once started)."""
+    proc = _start_process(cluster.workdir / "logs" / f"{name}.log", cluster.argv[name], cluster.die_with_parent)
+    cluster.pids[name] = proc.pid
+    _write_pids(cluster.workdir, cluster.pids)
+    if name == "kube-apiserver":
+        _wait("kube-apiserver /readyz after a restart",
+              lambda: _request(cluster.server, cluster.token, "GET", "/readyz", timeout=2)[0] == 200,
+              timeout, {name: proc})
+
+
+def restart_component(cluster: Cluster, name: str, down_seconds: float = 0.0, timeout: float = 60.0) -> None:
+    """SIGKILL, stay down ``down_seconds``, start again (see start_component)."""
+    kill_component(cluster, name)
+    time.sleep(down_seconds)
+    start_component(cluster, name, timeout)
 
 
 def _write_pids(workdir: Path, pids: dict[str, int]) -> None:

@@ -48,9 +48,7 @@ def audit_log(kubeconfig) -> Path:
     return Path(kubeconfig).parent / localcluster.AUDIT_LOG
 
 
-@pytest.fixture(scope="session")
-def kube(kubeconfig) -> TestKube:
-    api = TestKube(kubeconfig)
+def install_podgroup_crd(api: TestKube) -> TestKube:
     crd = yaml.safe_load((ROOT / "crds" / "podgroup.yaml").read_text())
     api.apply_yaml_objects([crd])
     wait_for("PodGroup CRD established", lambda: any(
@@ -58,6 +56,11 @@ def kube(kubeconfig) -> TestKube:
         for c in api.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd['metadata']['name']}")
         .get("status", {}).get("conditions") or []))
     return api
+
+
+@pytest.fixture(scope="session")
+def kube(kubeconfig) -> TestKube:
+    return install_podgroup_crd(TestKube(kubeconfig))
 
 
 class Env:

@@ -68,3 +68,8 @@ def pod_group(name: str, namespace: str, min_member: int, **spec: Any) -> dict:
 def priority_class(name: str, value: int, **extra: Any) -> dict:
     return {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
             "metadata": {"name": name}, "value": value, **extra}
+
+
+def configmap(name: str, **data: str) -> dict:
+    """The smallest object a test can write (to see a write pass or not)."""
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": data or {"k": "v"}}

@@ -1,0 +1,48 @@
+"""kube-apiserver SIGKILLed in the middle of a burst and started again (same port, same etcd).
+
+This module runs on a control plane of its own (``own_cluster``), so no
+other test sees its API server go away.
+"""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+import localcluster
+from tests.chaos.faults import committed_bindings, hold_bindings_after
+from tests.chaos.test_api_faults import FITTING_PODS, burst
+from tests.conftest import install_podgroup_crd
+from tests.support.kube import TestKube, wait_for
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def kubeconfig(own_cluster) -> str:
+    return str(own_cluster.kubeconfig)
+
+
+@pytest.fixture(scope="module")
+def kube(kubeconfig) -> TestKube:
+    return install_podgroup_crd(TestKube(kubeconfig))
+
+
+def test_the_scheduler_rides_out_an_api_server_restart_mid_burst(chaos, own_cluster):
+    burst(chaos)
+    held = hold_bindings_after(chaos.proxy, FITTING_PODS // 2)
+    chaos.start()
+    wait_for("half the bindings committed and the rest held",
+             lambda: committed_bindings(chaos.proxy) >= FITTING_PODS // 2 and held.fired >= 1)
+    killed_at = time.time()
+    localcluster.kill_component(own_cluster, "kube-apiserver")
+    chaos.proxy.release_held()  # the held bindings now meet a dead API server
+
+    def refused_while_down() -> int:  # requests the proxy could not forward: the outage itself
+        return sum(1 for r in chaos.proxy.records if r.sent > killed_at and not r.upstream_status)
+
+    wait_for("the scheduler's lists and bindings refused while the API server is down",
+             lambda: refused_while_down() >= 4, timeout=30)
+    localcluster.start_component(own_cluster, "kube-apiserver")
+    chaos.wait_bound(FITTING_PODS, timeout=90)
+    chaos.finish()
