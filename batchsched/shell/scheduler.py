@@ -45,6 +45,7 @@ class Scheduler:
         self.config = config
         self.core_config = config.core()
         self.cache = ClusterCache(config.scheduler_name, config.node_selector)
+        self.reflectors = self.cache.reflectors(kube)
         self.queue = GangQueue.from_config(self.core_config)
         self.binder = Binder(kube, config.binding.parallelism, config.binding.retries)
         self.status = StatusWriter(kube, config.status_min_interval_seconds, self.binder.wait_idle)
@@ -75,11 +76,10 @@ class Scheduler:
     # ---- lifecycle --------------------------------------------------------------
 
     async def run(self) -> None:
-        reflectors = self.cache.reflectors(self.kube)
-        background = [asyncio.create_task(r.run(), name=f"reflector-{r.kind}") for r in reflectors]
+        background = [asyncio.create_task(r.run(), name=f"reflector-{r.kind}") for r in self.reflectors]
         background.append(asyncio.create_task(self.status.run(), name="status-writer"))
         try:
-            await asyncio.gather(*(r.synced.wait() for r in reflectors))
+            await asyncio.gather(*(r.synced.wait() for r in self.reflectors))
             self.on_synced()
             self.ready.set()
             log.info("caches synced: %d nodes, %d pods, %d PodGroups; scheduling as %r",
@@ -96,6 +96,12 @@ class Scheduler:
             for task in background + list(self._tasks):
                 task.cancel()
             await asyncio.gather(*background, *self._tasks, return_exceptions=True)
+
+    def relist(self) -> None:
+        """Every collection is listed again (SIGUSR1; see docs/operations.md)."""
+        log.info("relisting every collection on request")
+        for reflector in self.reflectors:
+            reflector.relist()
 
     def _seed_from_cluster(self) -> None:
         """After a restart: know what status is already written and since when
