@@ -8,9 +8,12 @@ the queue can reset backoffs.
 Each collection is kept by a :class:`Reflector`: list (paginated), then watch
 from the list's resourceVersion with bookmarks; a watch that times out
 resumes from the last resourceVersion seen; ``410 Gone`` relists at once;
-any other error reconnects with capped exponential backoff.  A relist
-replaces the confirmed state but keeps assumptions, so bindings in flight
-are not forgotten.
+any other error reconnects with capped exponential backoff; ``relist()``
+(SIGUSR1) drops the watch and lists again.  A list is converted page by
+page into model objects, never held raw as a whole, and swapped in at its
+end: objects missing from it are removed, objects equal to those held keep
+the held instance, and assumptions still overlay the listed pods, so
+bindings in flight are not forgotten.
 """
 from __future__ import annotations
 
@@ -52,15 +55,15 @@ class Reflector:
         self.on_restart = on_restart or (lambda kind, why: None)
         self.page_size = LIST_PAGE_SIZE
         self.synced = asyncio.Event()
-        self.backoff = MIN_BACKOFF_SECONDS
+        self._backoff = MIN_BACKOFF_SECONDS
         self._watching: asyncio.Timeout | None = None  # while watching: what relist() interrupts
 
     async def list_once(self) -> str:
         """List the collection into the cache; returns the list's resourceVersion.
 
         Each page is converted as it arrives and dropped before the next is
-        asked for, so the raw objects of at most one page are alive (a raw
-        pod is tens of times its model object).  The cache is replaced only
+        asked for, so the raw objects of at most one page are alive (a
+        decoded pod is over ten times its model object).  The cache is replaced only
         once the last page is in: until then cycles see the previous state
         whole, never a half-replaced one, and a list that fails midway
         changes nothing.
@@ -108,13 +111,13 @@ class Reflector:
                     log.info("%s watch expired (410 Gone); relisting", self.kind)
                     self.on_restart(self.kind, "gone")
                     continue
-                log.warning("%s list/watch failed: %s; retrying in %.1fs", self.kind, exc, self.backoff)
+                log.warning("%s list/watch failed: %s; retrying in %.1fs", self.kind, exc, self._backoff)
                 self.on_restart(self.kind, "error")
             except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError) as exc:
-                log.warning("%s list/watch connection failed: %r; retrying in %.1fs", self.kind, exc, self.backoff)
+                log.warning("%s list/watch connection failed: %r; retrying in %.1fs", self.kind, exc, self._backoff)
                 self.on_restart(self.kind, "error")
-            await asyncio.sleep(self.backoff)
-            self.backoff = min(self.backoff * 2, MAX_BACKOFF_SECONDS)
+            await asyncio.sleep(self._backoff)
+            self._backoff = min(self._backoff * 2, MAX_BACKOFF_SECONDS)
 
     async def _watch(self, resource_version: str) -> None:
         """Apply watch events from ``resource_version`` on, resuming after every
@@ -128,7 +131,7 @@ class Reflector:
                         resource_version = (obj.get("metadata") or {}).get("resourceVersion") or resource_version
                         if event["type"] != "BOOKMARK":
                             self.apply(event["type"], obj)
-                    self.backoff = MIN_BACKOFF_SECONDS  # a watch that ended normally is healthy
+                    self._backoff = MIN_BACKOFF_SECONDS  # a watch that ended normally is healthy
         except TimeoutError:
             if not watching.expired():
                 raise  # the connection's own timeout, not relist()
