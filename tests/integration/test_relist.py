@@ -106,12 +106,12 @@ def test_sigusr1_relists_every_cache_and_scheduling_goes_on_without_double_booki
         env.create(pod(f"first-{i}", env.namespace, group="first", gpus=2, cpu="1"))
     proc = start_scheduler()
     wait_for("the first gang bound", lambda: len(env.bound()) == 2)
-    wait_for("every cache listed", lambda: proc.log().count(" listed: ") == 4)
+    wait_for("every cache listed", lambda: proc.log().count(" listed: ") >= 4)
     proc.proc.send_signal(signal.SIGUSR1)
-    wait_for("every cache listed again", lambda: proc.log().count(" listed: ") == 8)
+    wait_for("every cache listed again", lambda: proc.log().count(" listed: ") >= 8)
     text = proc.get("/metrics")[1]
     for kind in ("pods", "nodes", "podgroups", "priorityclasses"):
-        assert sample(text, "batchsched_watch_restarts_total", f'resource="{kind}",reason="requested"') == 1
+        assert sample(text, "batchsched_watch_restarts_total", f'reason="requested",resource="{kind}"') == 1
     env.create(pod_group("second", env.namespace, 2))
     for i in range(2):
         env.create(pod(f"second-{i}", env.namespace, group="second", gpus=2, cpu="1"))

@@ -147,6 +147,7 @@ def test_a_relist_that_finds_nothing_changed_touches_nothing_and_keeps_every_obj
     relist(cache, "pods", pods)
     relist(cache, "nodes", [node_json("n1"), node_json("n2")])
     held = dict(cache.pods), dict(cache.nodes)
+    assert len(held[0]) == 2 and len(held[1]) == 2
     mark = cache.state.mark
     cache.drain_changes()
     relist(cache, "pods", pods, page_size=1)
