@@ -16,11 +16,13 @@ def pod_json(name: str, uid: str, node: str = "", group: str = "", phase: str = 
             "status": {"phase": phase}}
 
 
+async def new_cache() -> ClusterCache:
+    return ClusterCache("batchsched")  # asyncio.Event wants a loop in some versions
+
+
 @pytest.fixture
 def cache():
-    async def make():
-        return ClusterCache("batchsched")  # asyncio.Event wants a loop in some versions
-    return asyncio.run(make())
+    return asyncio.run(new_cache())
 
 
 def test_an_assumed_binding_survives_a_relist_that_does_not_show_it_yet(cache):
@@ -97,10 +99,11 @@ def test_a_relist_holds_the_raw_objects_of_one_page_at_most(cache):
     assert len(cache.pods) == 7
 
 
-def relist_while_the_scheduler_runs(cache, page_size: int) -> list[bool]:
+def relist_while_the_scheduler_runs(cache, page_size: int, assume_before_page: int) -> list[bool]:
     """The scenario of a relist after missed events, with a cycle assuming
-    a binding between two pages; says, per page, whether the cache still
-    held exactly the pods it held before the relist."""
+    a binding for pod e before page ``assume_before_page`` is requested;
+    says, per page, whether the cache still held exactly the pods it held
+    before the relist (our own assumption aside)."""
     relist(cache, "pods", [pod_json("a", "ua", node="n1", group="g", phase="Running"),
                            pod_json("b", "ub", group="g"),
                            pod_json("c", "uc", node="n1", group="h", phase="Running"),
@@ -112,8 +115,8 @@ def relist_while_the_scheduler_runs(cache, page_size: int) -> list[bool]:
 
     def between_pages(index: int) -> None:
         unchanged.append(dict(cache.pods) == before)
-        if index == 3 or page_size >= 100 and index == 0:
-            cache.assume("ue", "n4", (3,), timeout=30)  # after e's page (the third) was read
+        if index == assume_before_page:
+            cache.assume("ue", "n4", (3,), timeout=30)
             before["ue"] = cache.pods["ue"]
 
     # c was deleted and d bound while nobody watched; f is new; b's binding not seen yet
@@ -125,7 +128,7 @@ def relist_while_the_scheduler_runs(cache, page_size: int) -> list[bool]:
 
 
 def test_a_relist_in_pages_replaces_the_state_exactly_and_only_at_its_end(cache):
-    unchanged = relist_while_the_scheduler_runs(cache, page_size=1)
+    unchanged = relist_while_the_scheduler_runs(cache, page_size=1, assume_before_page=3)  # e's was the 3rd
     assert unchanged == [True] * 5  # no cycle saw a half-replaced state
     assert sorted(cache.pods) == ["ua", "ub", "ud", "ue", "uf"]
     assert (cache.pods["ub"].node_name, cache.pods["ub"].gpu_ids) == ("n2", (0, 1))  # assumptions kept,
@@ -133,13 +136,9 @@ def test_a_relist_in_pages_replaces_the_state_exactly_and_only_at_its_end(cache)
     assert cache.assumed.keys() == {"ub", "ue"}
     assert cache.drain_changes() == ({"ns/h", "ns/pod:d", "ns/m"}, True)  # c held room on n1
 
-    whole = asyncio.run(_new_cache())
-    relist_while_the_scheduler_runs(whole, page_size=100)  # one page: as a relist always ended
+    whole = asyncio.run(new_cache())
+    relist_while_the_scheduler_runs(whole, page_size=100, assume_before_page=0)  # one page, as lists were
     assert whole.pods == cache.pods and whole.assumed.keys() == cache.assumed.keys()
-
-
-async def _new_cache() -> ClusterCache:
-    return ClusterCache("batchsched")
 
 
 def test_a_relist_that_finds_nothing_changed_touches_nothing_and_keeps_every_object(cache):
