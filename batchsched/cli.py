@@ -30,13 +30,10 @@ async def _explain(args: argparse.Namespace) -> int:
         cache = ClusterCache(config.scheduler_name, config.node_selector)
         for reflector in cache.reflectors(kube):
             try:
-                items, _ = await reflector.list_once()
+                await reflector.list_once()
             except ApiError as exc:
-                if exc.not_found and reflector.kind == "podgroups":
-                    items = []  # the CRD is not installed: no PodGroups
-                else:
-                    raise
-            reflector.replace(items)
+                if not (exc.not_found and reflector.kind == "podgroups"):
+                    raise  # (not found: the CRD is not installed, so no PodGroups)
         key = args.gang if "/" in args.gang else f"default/{args.gang}"
         print(explain_gang(cache.snapshot(time.time()), key))
     finally:

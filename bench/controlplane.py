@@ -137,10 +137,10 @@ async def run_null_binder(kube: Kube, ns: str, nodes: list[str], count: int, par
     return Rate(count, start, *(await watcher))
 
 
-def start_batchsched(kubeconfig: Path, workdir: Path, pool: str) -> subprocess.Popen:
-    """batchsched restricted to the nodes of ``pool``."""
+def start_batchsched(kubeconfig: Path, workdir: Path, pool: str, log_level: str = "WARNING") -> subprocess.Popen:
+    """batchsched restricted to the nodes of ``pool``; its log is workdir/batchsched-POOL.log."""
     config = workdir / f"batchsched-{pool}.yaml"
-    config.write_text(yaml.safe_dump({"nodeSelector": {"bench-pool": pool}, "logLevel": "WARNING",
+    config.write_text(yaml.safe_dump({"nodeSelector": {"bench-pool": pool}, "logLevel": log_level,
                                       "statusMinIntervalSeconds": 5, "metricsBindAddress": "",
                                       "leaderElection": {"enabled": False}}))
     profile = ["-m", "cProfile", "-o", str(PROFILE_DIR / f"batchsched-{pool}.prof")] if PROFILE_DIR else []

@@ -1,4 +1,5 @@
-"""Restart cost: from process start to the first binding, on a big cluster.
+"""Restart cost: from process start to the first binding, on a big cluster,
+and the memory of a forced relist of every collection.
 
     .venv/bin/python bench/restart.py [--nodes 5000] [--pods 50000]
 
@@ -7,12 +8,17 @@ existing pods already bound to them (1 GPU each, as a previous scheduler
 left them; the nodes are not kwok-managed, to keep the setup fast), plus one
 pending 8-pod gang that fits.  Then ``batchsched run`` starts, and we time
 process start -> the gang's first pod bound (seen on a watch), and read the
-scheduler's peak resident memory (VmHWM) at that moment.
+scheduler's peak resident memory (VmHWM) at that moment.  Then SIGUSR1
+makes every watch cache relist (what any watch error costs); once its log
+says every collection is listed again, a second 8-pod gang is submitted and
+must be bound, and the peak resident memory over the whole run is read.
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
+import re
+import signal
 import sys
 import tempfile
 import time
@@ -27,6 +33,8 @@ from batchsched.api import constants  # noqa: E402
 from batchsched.shell.kube import Kube  # noqa: E402
 
 POOL = "restart"
+KINDS = ("priorityclasses", "nodes", "podgroups", "pods")
+LISTED = re.compile(r"(\w+) listed: (\d+) in (\d+) page\(s\), ([\d.]+)s")
 
 
 def unmanaged_node(name: str) -> dict:
@@ -50,6 +58,29 @@ def peak_rss_mib(pid: int) -> float:
     return float("nan")
 
 
+async def submit_gang(kube: Kube, name: str) -> None:
+    await kube.request("POST", f"/apis/{constants.API_VERSION}/namespaces/bench-new/podgroups",
+                       body={"apiVersion": constants.API_VERSION, "kind": "PodGroup",
+                             "metadata": {"name": name, "namespace": "bench-new"}, "spec": {"minMember": 8}})
+    await cp.create_many(kube, "/api/v1/namespaces/bench-new/pods",
+                         [cp.pod_body(f"{name}-{i}", "bench-new", "batchsched", name) for i in range(8)])
+
+
+async def relisted(log_path: Path, offset: int, timeout: float = 900) -> dict[str, tuple[int, int, float]]:
+    """Once the log past ``offset`` says every collection was listed: kind ->
+    (objects, pages, seconds)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with open(log_path, "rb") as log:
+            log.seek(offset)
+            found = {m[1]: (int(m[2]), int(m[3]), float(m[4]))
+                     for m in LISTED.finditer(log.read().decode(errors="replace"))}
+        if found.keys() >= set(KINDS):
+            return found
+        await asyncio.sleep(0.1)
+    raise TimeoutError("the forced relist did not finish")
+
+
 async def main_async(args) -> None:
     with tempfile.TemporaryDirectory(prefix="bench-restart-") as tmp:
         workdir = Path(tmp)
@@ -66,23 +97,31 @@ async def main_async(args) -> None:
             await cp.create_many(kube, "/api/v1/namespaces/bench-old/pods",
                                  [bound_pod(i, nodes[i % len(nodes)]) for i in range(args.pods)], parallel=128)
             print(f"setup: {args.nodes} nodes, {args.pods} bound pods in {time.monotonic() - t0:.0f}s")
-            await kube.request("POST", f"/apis/{constants.API_VERSION}/namespaces/bench-new/podgroups",
-                               body={"apiVersion": constants.API_VERSION, "kind": "PodGroup",
-                                     "metadata": {"name": "g", "namespace": "bench-new"}, "spec": {"minMember": 8}})
-            await cp.create_many(kube, "/api/v1/namespaces/bench-new/pods",
-                                 [cp.pod_body(f"g-{i}", "bench-new", "batchsched", "g") for i in range(8)])
+            await submit_gang(kube, "g")
             start = time.monotonic()
-            proc = cp.start_batchsched(cluster.kubeconfig, workdir, POOL)
+            proc = cp.start_batchsched(cluster.kubeconfig, workdir, POOL, log_level="INFO")
+            log_path = workdir / f"batchsched-{POOL}.log"
             try:
                 first, _ = await cp.wait_all_bound(kube, "bench-new", 1, timeout=900)
+                rss_first = peak_rss_mib(proc.pid)
+                await cp.wait_all_bound(kube, "bench-new", 8, timeout=900)
+                offset = log_path.stat().st_size
+                asked = time.monotonic()
+                proc.send_signal(signal.SIGUSR1)
+                lists = await relisted(log_path, offset)
+                relist_done = time.monotonic()
+                await submit_gang(kube, "g2")
+                await cp.wait_all_bound(kube, "bench-new", 16, timeout=900)
                 rss = peak_rss_mib(proc.pid)
             finally:
-                proc.terminate()
-                proc.wait()
+                cp.stop(proc)
         finally:
             await kube.close()
             cp.localcluster.down(workdir / "cluster")
-    print(f"restart to first bind: {first - start:.1f} s; scheduler peak RSS then: {rss:.0f} MiB")
+    objects, pages, seconds = lists["pods"]
+    print(f"restart to first bind: {first - start:.1f} s; scheduler peak RSS then: {rss_first:.0f} MiB")
+    print(f"forced relist of every collection: {relist_done - asked:.1f} s (pods: {objects} in {pages} pages, "
+          f"{seconds:.1f} s); a new gang bound after it; peak RSS over the whole run: {rss:.0f} MiB")
 
 
 def main() -> None:

@@ -8,9 +8,12 @@ the queue can reset backoffs.
 Each collection is kept by a :class:`Reflector`: list (paginated), then watch
 from the list's resourceVersion with bookmarks; a watch that times out
 resumes from the last resourceVersion seen; ``410 Gone`` relists at once;
-any other error reconnects with capped exponential backoff.  A relist
-replaces the confirmed state but keeps assumptions, so bindings in flight
-are not forgotten.
+any other error reconnects with capped exponential backoff; ``relist()``
+(SIGUSR1) drops the watch and lists again.  A list is converted page by
+page into model objects, never held raw as a whole, and swapped in at its
+end: objects missing from it are removed, objects equal to those held keep
+the held instance, and assumptions still overlay the listed pods, so
+bindings in flight are not forgotten.
 
 Nothing ends a reflector but cancellation: an object that cannot be
 converted is reported (``on_bad_object``) and skipped, and any other
@@ -24,7 +27,8 @@ import asyncio
 import dataclasses
 import json
 import logging
-from typing import Callable, Iterable, Mapping
+import time
+from typing import Any, Callable, Mapping
 
 import aiohttp
 
@@ -38,50 +42,81 @@ from batchsched.shell.kube import ApiError, Kube
 log = logging.getLogger(__name__)
 
 PODGROUPS_PATH = f"/apis/{constants.GROUP}/{constants.VERSION}/podgroups"
+# Objects per list page: its raw JSON is all a relist holds beyond the model objects.
+LIST_PAGE_SIZE = 500
+MIN_BACKOFF_SECONDS, MAX_BACKOFF_SECONDS = 0.2, 30.0
 # A refused PodGroup's reason goes into its status condition and an Event:
 # kept short whatever the object (hostile keys are echoed in the reason).
 MAX_PROBLEM_LENGTH = 2000
 
 
 class Reflector:
-    """Keeps one collection in step with the API server, forever."""
+    """Keeps one collection in step with the API server, forever.
+
+    ``convert`` turns one listed object into its cache entry, ``(key,
+    value)`` or None to leave it out; ``replace`` takes every entry of a
+    whole list at once; ``apply`` takes one watch event.
+    """
 
     def __init__(self, kube: Kube, path: str, kind: str,
-                 replace: Callable[[list[dict]], None], apply: Callable[[str, dict], None],
-                 on_restart: Callable[[str, str], None] | None = None):
+                 convert: Callable[[dict], tuple[str, Any] | None], replace: Callable[[dict[str, Any]], None],
+                 apply: Callable[[str, dict], None], on_restart: Callable[[str, str], None] | None = None):
         self.kube, self.path, self.kind = kube, path, kind
-        self.replace, self.apply = replace, apply
+        self.convert, self.replace, self.apply = convert, replace, apply
         self.on_restart = on_restart or (lambda kind, why: None)
+        self.page_size = LIST_PAGE_SIZE
         self.synced = asyncio.Event()
         self.error = ""  # why the collection is not in step now ("" while it is)
+        self._backoff = MIN_BACKOFF_SECONDS
+        self._watching: asyncio.Timeout | None = None  # while watching: what relist() interrupts
 
-    async def list_once(self) -> tuple[list[dict], str]:
-        """Every object of the collection (paginated) and the list's resourceVersion."""
-        items: list[dict] = []
-        cont = None
+    async def list_once(self) -> str:
+        """List the collection into the cache; returns the list's resourceVersion.
+
+        Each page is converted as it arrives and dropped before the next is
+        asked for, so the raw objects of at most one page are alive (a
+        decoded pod is over ten times its model object).  The cache is replaced only
+        once the last page is in: until then cycles see the previous state
+        whole, never a half-replaced one, and a list that fails midway
+        changes nothing.
+        """
+        listed: dict[str, Any] = {}
+        cont, pages, started = None, 0, time.monotonic()
         while True:
-            page = await self.kube.request("GET", self.path, query={"limit": 1000, "continue": cont},
-                                           timeout=120)
-            items.extend(page.get("items") or ())
-            cont = (page.get("metadata") or {}).get("continue")
+            cont, resource_version = await self._list_page(cont, listed)
+            pages += 1
             if not cont:
-                return items, page["metadata"]["resourceVersion"]
+                break
+        self.replace(listed)
+        log.info("%s listed: %d in %d page(s), %.1fs", self.kind, len(listed), pages, time.monotonic() - started)
+        return resource_version
+
+    async def _list_page(self, cont: str | None, listed: dict[str, Any]) -> tuple[str | None, str]:
+        """One page into ``listed``; its raw objects die when this returns."""
+        page = await self.kube.request("GET", self.path, query={"limit": self.page_size, "continue": cont},
+                                       timeout=120)
+        for obj in page.get("items") or ():
+            entry = self.convert(obj)
+            if entry is not None:
+                listed[entry[0]] = entry[1]
+        meta = page.get("metadata") or {}
+        return meta.get("continue"), meta.get("resourceVersion", "")
+
+    def relist(self) -> None:
+        """Drop the watch and list the collection again (a list under way is left to finish)."""
+        if self._watching is not None:
+            self._watching.reschedule(asyncio.get_running_loop().time())
 
     async def run(self) -> None:
-        backoff = 0.2
         while True:
             try:
-                items, rv = await self.list_once()
-                self.replace(items)
+                resource_version = await self.list_once()
                 self.error = ""
                 self.synced.set()
-                while True:
-                    async for event in self.kube.watch(self.path, rv, timeout_seconds=290):
-                        obj = event.get("object") or {}
-                        rv = (obj.get("metadata") or {}).get("resourceVersion") or rv
-                        if event["type"] != "BOOKMARK":
-                            self.apply(event["type"], obj)
-                    backoff = 0.2  # a watch that ended normally is healthy
+                await self._watch(resource_version)
+                log.info("%s: relisting on request", self.kind)
+                self.on_restart(self.kind, "requested")
+                continue
             except asyncio.CancelledError:
                 raise
             except ApiError as exc:
@@ -89,20 +124,39 @@ class Reflector:
                     log.info("%s watch expired (410 Gone); relisting", self.kind)
                     self.on_restart(self.kind, "gone")
                     continue
-                log.warning("%s list/watch failed: %s; retrying in %.1fs", self.kind, exc, backoff)
+                log.warning("%s list/watch failed: %s; retrying in %.1fs", self.kind, exc, self._backoff)
                 self._failed(f"list/watch failed: {exc}")
             except (aiohttp.ClientError, asyncio.TimeoutError, OSError, json.JSONDecodeError) as exc:
-                log.warning("%s list/watch connection failed: %r; retrying in %.1fs", self.kind, exc, backoff)
+                log.warning("%s list/watch connection failed: %r; retrying in %.1fs", self.kind, exc, self._backoff)
                 self._failed(f"list/watch connection failed: {exc!r}")
             except Exception as exc:  # noqa: BLE001 - a bad answer or a bug: relist rather than die
-                log.exception("%s cache update failed; relisting in %.1fs", self.kind, backoff)
+                log.exception("%s cache update failed; relisting in %.1fs", self.kind, self._backoff)
                 self._failed(f"cache update failed: {type(exc).__name__}: {exc}")
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, 30.0)
+            await asyncio.sleep(self._backoff)
+            self._backoff = min(self._backoff * 2, MAX_BACKOFF_SECONDS)
 
     def _failed(self, why: str) -> None:
         self.error = clip(why, 300)
         self.on_restart(self.kind, "error")
+
+    async def _watch(self, resource_version: str) -> None:
+        """Apply watch events from ``resource_version`` on, resuming after every
+        normal end, until ``relist`` asks for a fresh list (then it returns)."""
+        watching = self._watching = asyncio.timeout(None)
+        try:
+            async with watching:
+                while True:
+                    async for event in self.kube.watch(self.path, resource_version, timeout_seconds=290):
+                        obj = event.get("object") or {}
+                        resource_version = (obj.get("metadata") or {}).get("resourceVersion") or resource_version
+                        if event["type"] != "BOOKMARK":
+                            self.apply(event["type"], obj)
+                    self._backoff = MIN_BACKOFF_SECONDS  # a watch that ended normally is healthy
+        except TimeoutError:
+            if not watching.expired():
+                raise  # the connection's own timeout, not relist()
+        finally:
+            self._watching = None
 
 
 class ClusterCache:
@@ -134,10 +188,13 @@ class ClusterCache:
         restart = lambda kind, why: self.on_watch_restart(kind, why)  # noqa: E731 - late bound
         return [
             Reflector(kube, "/apis/scheduling.k8s.io/v1/priorityclasses", "priorityclasses",
-                      self._replace_priority_classes, self._apply_priority_class, restart),
-            Reflector(kube, "/api/v1/nodes", "nodes", self._replace_nodes, self._apply_node, restart),
-            Reflector(kube, PODGROUPS_PATH, "podgroups", self._replace_groups, self._apply_group, restart),
-            Reflector(kube, "/api/v1/pods", "pods", self._replace_pods, self._apply_pod, restart),
+                      self._priority_class_entry, self._replace_priority_classes, self._apply_priority_class,
+                      restart),
+            Reflector(kube, "/api/v1/nodes", "nodes", self._node_entry, self._replace_nodes, self._apply_node,
+                      restart),
+            Reflector(kube, PODGROUPS_PATH, "podgroups", self._group_entry, self._replace_groups,
+                      self._apply_group, restart),
+            Reflector(kube, "/api/v1/pods", "pods", self._pod_entry, self._replace_pods, self._apply_pod, restart),
         ]
 
     def _notify(self) -> None:
@@ -145,14 +202,18 @@ class ClusterCache:
 
     # ---- pods ---------------------------------------------------------------
 
-    def _convert_pod(self, obj: dict) -> PodInfo | None:
+    def _parse_pod(self, obj: dict) -> PodInfo | None:
         try:
-            pod = pod_from_json(obj)
+            return pod_from_json(obj)
         except Exception as exc:  # noqa: BLE001 - whatever a hostile pod holds, it alone is skipped
             meta = obj.get("metadata") or {}
             log.warning("ignoring pod %s/%s: %s", meta.get("namespace"), meta.get("name"), exc)
             self.on_bad_object("Pod", obj, str(exc))
             return None
+
+    def _as_seen(self, pod: PodInfo) -> PodInfo:
+        """The pod as the cycle must see it: with the GPU ids believed, and
+        bound where we bound it until the API says so."""
         pod = self._trusted(pod)
         assumed = self.assumed.get(pod.uid)
         if assumed:
@@ -188,43 +249,47 @@ class ClusterCache:
             else:
                 return dataclasses.replace(pod, gpu_ids=()) if pod.gpu_ids else pod
             self.witnessed[pod.uid] = ids
+        if pod.gpu_ids == ids and pod.bound_by_scheduler:
+            return pod
         return dataclasses.replace(pod, gpu_ids=ids, bound_by_scheduler=True)
 
-    def _replace_pods(self, items: list[dict]) -> None:
-        listed = {}
-        for obj in items:
-            pod = self._convert_pod(obj)
-            if pod:
-                listed[pod.uid] = pod
+    def _pod_entry(self, obj: dict) -> tuple[str, PodInfo] | None:
+        """A listed pod; one that differs from the pod held only in what
+        the cache overlays (believed GPU ids) is the held object, so a
+        relist holds no second copy of what did not change."""
+        pod = self._parse_pod(obj)
+        if pod is None:
+            return None
+        held = self.pods.get(pod.uid)
+        if held is not None and dataclasses.replace(
+                pod, gpu_ids=held.gpu_ids, bound_by_scheduler=held.bound_by_scheduler) == held:
+            return pod.uid, held
+        return pod.uid, pod
+
+    def _replace_pods(self, listed: dict[str, PodInfo]) -> None:
+        """A whole list at once: pods missing from it are gone; trust and
+        assumptions are applied now, so one made while the list was read
+        still holds."""
         for uid in [uid for uid in self.pods if uid not in listed]:
-            self._drop_pod_records(uid)
-            if self.state.remove_pod(uid).holds_resources:
-                self.capacity_freed = True
+            self._drop_pod(uid)
         for pod in listed.values():
-            self.state.put_pod(pod)
-        for pod in self.pods.values():
-            self.touched_gangs.add(pod.gang_key)
+            self._put_pod(self._as_seen(pod))
         self.pods_listed = True
         self._notify()
 
-    def _drop_pod_records(self, uid: str) -> None:
-        """The pod is gone: nothing about its binding is worth keeping."""
-        self.assumed.pop(uid, None)
-        self.witnessed.pop(uid, None)
-
     def _apply_pod(self, event_type: str, obj: dict) -> None:
-        uid = (obj.get("metadata") or {}).get("uid", "")
-        old = self.pods.get(uid)
         if event_type == "DELETED":
-            self.state.remove_pod(uid)
-            self._drop_pod_records(uid)
-            if old:
-                self.capacity_freed |= old.holds_resources
-                self.touched_gangs.add(old.gang_key)
-            self._notify()
-            return
-        pod = self._convert_pod(obj)
-        if pod is None:
+            self._drop_pod((obj.get("metadata") or {}).get("uid", ""))
+        else:
+            pod = self._parse_pod(obj)
+            if pod is None:
+                return
+            self._put_pod(self._as_seen(pod))
+        self._notify()
+
+    def _put_pod(self, pod: PodInfo) -> None:
+        old = self.pods.get(pod.uid)
+        if old == pod:
             return
         self.state.put_pod(pod)
         if old and old.holds_resources and not pod.holds_resources:
@@ -234,7 +299,15 @@ class ClusterCache:
         if (old is None or old.phase != pod.phase or old.node_name != pod.node_name
                 or old.gated != pod.gated or old.terminating != pod.terminating):
             self.touched_gangs.add(pod.gang_key)
-        self._notify()
+
+    def _drop_pod(self, uid: str) -> None:
+        """The pod is gone: nothing about its binding is worth keeping."""
+        old = self.state.remove_pod(uid)
+        self.assumed.pop(uid, None)
+        self.witnessed.pop(uid, None)
+        if old:
+            self.capacity_freed |= old.holds_resources
+            self.touched_gangs.add(old.gang_key)
 
     # ---- nodes --------------------------------------------------------------
 
@@ -255,18 +328,21 @@ class ClusterCache:
             self.on_bad_object("Node", obj, node.topology_error)
         return node
 
-    def _replace_nodes(self, items: list[dict]) -> None:
-        listed = {}
-        for obj in items:
-            if self._selected(obj):
-                node = self._convert_node(obj, self.nodes.get((obj.get("metadata") or {}).get("name", "")))
-                if node is not None:
-                    listed[node.name] = node
+    def _node_entry(self, obj: dict) -> tuple[str, NodeInfo] | None:
+        """A listed node of ours; one equal to the node held is the held object."""
+        if not self._selected(obj):
+            return None
+        held = self.nodes.get((obj.get("metadata") or {}).get("name", ""))
+        node = self._convert_node(obj, held)
+        if node is None:
+            return None
+        return node.name, held if held == node else node
+
+    def _replace_nodes(self, listed: dict[str, NodeInfo]) -> None:
         for name in [name for name in self.nodes if name not in listed]:
             self.state.remove_node(name)
         for node in listed.values():
-            self.state.put_node(node)
-        self.capacity_freed = True
+            self._put_node(node)
         self._notify()
 
     def _apply_node(self, event_type: str, obj: dict) -> None:
@@ -274,15 +350,17 @@ class ClusterCache:
         if event_type == "DELETED" or not self._selected(obj):
             self.state.remove_node(name)
         else:
-            old = self.nodes.get(name)
-            node = self._convert_node(obj, old)
+            node = self._convert_node(obj, self.nodes.get(name))
             if node is None:
                 self.state.remove_node(name)  # what it held before is no longer known to be true
             else:
-                if old != node:
-                    self.capacity_freed = True
-                self.state.put_node(node)
+                self._put_node(node)
         self._notify()
+
+    def _put_node(self, node: NodeInfo) -> None:
+        if self.nodes.get(node.name) != node:
+            self.capacity_freed = True
+        self.state.put_node(node)
 
     # ---- PodGroups and PriorityClasses ---------------------------------------
 
@@ -308,8 +386,12 @@ class ClusterCache:
         meta = obj.get("metadata") or {}
         return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
 
-    def _replace_groups(self, items: list[dict]) -> None:
-        self.groups_raw = {self._group_key(o): o for o in items}
+    def _group_entry(self, obj: dict) -> tuple[str, dict]:
+        return self._group_key(obj), obj  # kept raw: few, and their status is written back
+
+    def _replace_groups(self, listed: dict[str, dict]) -> None:
+        self.touched_gangs.update(self.groups_raw.keys() - listed.keys())  # gone while not watched
+        self.groups_raw = listed
         self.groups, self.invalid_groups = {}, {}
         for key, obj in self.groups_raw.items():
             self._convert_group(key, obj)
@@ -330,16 +412,20 @@ class ClusterCache:
                 self._convert_group(key, obj)
         self._notify()
 
-    def _replace_priority_classes(self, items: list[dict]) -> None:
-        self.priority_classes = {o["metadata"]["name"]: int(o.get("value") or 0) for o in items}
+    @staticmethod
+    def _priority_class_entry(obj: dict) -> tuple[str, int]:
+        return obj["metadata"]["name"], int(obj.get("value") or 0)
+
+    def _replace_priority_classes(self, listed: dict[str, int]) -> None:
+        self.priority_classes = listed
         self._regroup()
 
     def _apply_priority_class(self, event_type: str, obj: dict) -> None:
-        name = obj["metadata"]["name"]
+        name, value = self._priority_class_entry(obj)
         if event_type == "DELETED":
             self.priority_classes.pop(name, None)
         else:
-            self.priority_classes[name] = int(obj.get("value") or 0)
+            self.priority_classes[name] = value
         self._regroup()
 
     def _regroup(self) -> None:

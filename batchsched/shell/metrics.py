@@ -73,7 +73,8 @@ class Metrics:
             "batchsched_bind_errors", "Bindings that failed for good (after retries).", registry=r)
         self.watch_restarts = Counter(
             "batchsched_watch_restarts", "List/watch restarts, by resource and reason "
-            "(gone: 410, relisted; error: reconnected after a failure).", ["resource", "reason"], registry=r)
+            "(gone: 410, relisted; error: reconnected after a failure; requested: relisted on SIGUSR1).",
+            ["resource", "reason"], registry=r)
         self.preemption_victims = Counter(
             "batchsched_preemption_victims", "Pods evicted to make room for a higher-priority gang.",
             registry=r)

@@ -77,11 +77,13 @@ def _readiness(scheduler: Scheduler, elector: LeaderElector | None) -> Callable[
 
 
 async def _run_until_stopped(scheduler: Scheduler, elector: LeaderElector | None) -> None:
-    """Until SIGTERM or SIGINT, the lease is lost, or the scheduler fails (raised here)."""
+    """Until SIGTERM or SIGINT, the lease is lost, or the scheduler fails (raised here);
+    SIGUSR1 makes every watch cache relist."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGUSR1, scheduler.relist)
     scheduling = asyncio.create_task(scheduler.run(), name="scheduler")
     waiting = [scheduling, asyncio.create_task(stop.wait())]
     background: list[asyncio.Task] = []

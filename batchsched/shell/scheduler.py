@@ -86,7 +86,7 @@ class Scheduler:
         background = [asyncio.create_task(r.run(), name=f"reflector-{r.kind}") for r in reflectors]
         background.append(asyncio.create_task(self.status.run(), name="status-writer"))
         try:
-            await asyncio.gather(*(r.synced.wait() for r in reflectors))
+            await asyncio.gather(*(r.synced.wait() for r in self.reflectors))
             self.on_synced()
             self.ready.set()
             log.info("caches synced: %d nodes, %d pods, %d PodGroups; scheduling as %r",
@@ -113,6 +113,12 @@ class Scheduler:
             for task in background + list(self._tasks):
                 task.cancel()
             await asyncio.gather(*background, *self._tasks, return_exceptions=True)
+
+    def relist(self) -> None:
+        """Every collection is listed again (SIGUSR1; see docs/operations.md)."""
+        log.info("relisting every collection on request")
+        for reflector in self.reflectors:
+            reflector.relist()
 
     def _seed_from_cluster(self) -> None:
         """After a restart: know what status is already written and since when

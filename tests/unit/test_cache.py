@@ -5,6 +5,7 @@ import pytest
 
 from batchsched.api.constants import POD_GROUP_LABEL
 from batchsched.shell.cache import ClusterCache
+from tests.unit.cache_support import PagedList, relist
 
 
 def pod_json(name: str, uid: str, node: str = "", group: str = "", phase: str = "Pending") -> dict:
@@ -15,24 +16,26 @@ def pod_json(name: str, uid: str, node: str = "", group: str = "", phase: str = 
             "status": {"phase": phase}}
 
 
+async def new_cache() -> ClusterCache:
+    return ClusterCache("batchsched")  # asyncio.Event wants a loop in some versions
+
+
 @pytest.fixture
 def cache():
-    async def make():
-        return ClusterCache("batchsched")  # asyncio.Event wants a loop in some versions
-    return asyncio.run(make())
+    return asyncio.run(new_cache())
 
 
 def test_an_assumed_binding_survives_a_relist_that_does_not_show_it_yet(cache):
-    cache._replace_pods([pod_json("p", "u1")])
+    relist(cache, "pods", [pod_json("p", "u1")])
     cache.assume("u1", "node-a", (0, 1))
-    cache._replace_pods([pod_json("p", "u1")])  # e.g. after 410 Gone, from a lagging list
+    relist(cache, "pods", [pod_json("p", "u1")])  # e.g. after 410 Gone, from a lagging list
     assert cache.pods["u1"].node_name == "node-a"
     assert cache.pods["u1"].gpu_ids == (0, 1)
     assert "u1" in cache.assumed
 
 
 def test_the_watch_confirming_a_binding_ends_the_assumption(cache):
-    cache._replace_pods([pod_json("p", "u1")])
+    relist(cache, "pods", [pod_json("p", "u1")])
     cache.assume("u1", "node-a", ())
     cache._apply_pod("MODIFIED", pod_json("p", "u1", node="node-a"))
     assert "u1" not in cache.assumed
@@ -42,7 +45,7 @@ def test_the_watch_confirming_a_binding_ends_the_assumption(cache):
 def test_a_failed_binding_is_forgotten_and_frees_capacity_without_touching_the_gang(cache):
     # The gang keeps the backoff the refusal earns it: touching it would
     # clear that and re-plan it at once, binding after binding.
-    cache._replace_pods([pod_json("p", "u1", group="g")])
+    relist(cache, "pods", [pod_json("p", "u1", group="g")])
     cache.drain_changes()
     cache.assume("u1", "node-a", ())
     cache.forget("u1")
@@ -54,19 +57,19 @@ def test_a_failed_binding_is_forgotten_and_frees_capacity_without_touching_the_g
 def test_an_assumption_never_expires_on_its_own(cache):
     # kubernetes#106361: an assumption dropped before the watch shows the
     # binding hands the same room (and GPU ids) to a second pod.
-    cache._replace_pods([pod_json("p", "u1")])
+    relist(cache, "pods", [pod_json("p", "u1")])
     cache.assume("u1", "node-a", (0, 1))
     assert not hasattr(cache, "expire_assumptions")
-    cache._replace_pods([pod_json("p", "u1")])
+    relist(cache, "pods", [pod_json("p", "u1")])
     assert cache.pods["u1"].node_name == "node-a" and cache.pods["u1"].gpu_ids == (0, 1)
 
 
 def test_a_deleted_or_unlisted_pod_ends_its_assumption(cache):
-    cache._replace_pods([pod_json("p", "u1"), pod_json("q", "u2")])
+    relist(cache, "pods", [pod_json("p", "u1"), pod_json("q", "u2")])
     cache.assume("u1", "node-a", ())
     cache.assume("u2", "node-a", ())
     cache._apply_pod("DELETED", pod_json("p", "u1"))
-    cache._replace_pods([])
+    relist(cache, "pods", [])
     assert cache.assumed == {}
 
 
@@ -78,7 +81,7 @@ def gpu_pod(name, uid, node="", ids=""):
 
 
 def test_gpu_ids_are_believed_only_for_bindings_made_or_seen(cache):
-    cache._replace_pods([gpu_pod("listed", "u0", node="n", ids="0,1"), gpu_pod("ours", "u1"),
+    relist(cache, "pods", [gpu_pod("listed", "u0", node="n", ids="0,1"), gpu_pod("ours", "u1"),
                          gpu_pod("seen", "u2")])
     # found at the first list: believed (nothing else to go by after a start)
     assert cache.pods["u0"].gpu_ids == (0, 1) and cache.pods["u0"].bound_by_scheduler
@@ -96,7 +99,7 @@ def test_gpu_ids_are_believed_only_for_bindings_made_or_seen(cache):
 
 
 def test_editing_or_removing_the_annotation_does_not_move_or_free_gpus(cache):
-    cache._replace_pods([gpu_pod("p", "u1")])
+    relist(cache, "pods", [gpu_pod("p", "u1")])
     cache.assume("u1", "n", (0, 1))
     cache._apply_pod("MODIFIED", gpu_pod("p", "u1", node="n", ids="0,1"))
     cache._apply_pod("MODIFIED", gpu_pod("p", "u1", node="n"))  # annotation removed
@@ -104,12 +107,12 @@ def test_editing_or_removing_the_annotation_does_not_move_or_free_gpus(cache):
     cache._apply_pod("MODIFIED", gpu_pod("p", "u1", node="n", ids="4,5"))  # rewritten
     assert cache.pods["u1"].gpu_ids == (0, 1)
     # and a relist (which relearns nothing) keeps it
-    cache._replace_pods([gpu_pod("p", "u1", node="n", ids="4,5")])
+    relist(cache, "pods", [gpu_pod("p", "u1", node="n", ids="4,5")])
     assert cache.pods["u1"].gpu_ids == (0, 1)
 
 
 def test_a_pod_that_finishes_frees_capacity_and_touches_its_gang(cache):
-    cache._replace_pods([pod_json("p", "u1", node="n", group="g", phase="Running")])
+    relist(cache, "pods", [pod_json("p", "u1", node="n", group="g", phase="Running")])
     cache.drain_changes()
     cache._apply_pod("MODIFIED", pod_json("p", "u1", node="n", group="g", phase="Succeeded"))
     assert cache.drain_changes() == ({"ns/g"}, True)
@@ -118,7 +121,7 @@ def test_a_pod_that_finishes_frees_capacity_and_touches_its_gang(cache):
 def test_a_podgroup_naming_a_missing_priority_class_is_invalid_not_fatal(cache):
     bad = []
     cache.on_bad_object = lambda kind, obj, why: bad.append((kind, why))
-    cache._replace_groups([{"metadata": {"name": "g", "namespace": "ns", "generation": 1},
+    relist(cache, "podgroups", [{"metadata": {"name": "g", "namespace": "ns", "generation": 1},
                             "spec": {"minMember": 2, "priorityClassName": "nope"}}])
     assert "not found" in cache.invalid_groups["ns/g"]
     assert bad and bad[0][0] == "PodGroup"
@@ -127,7 +130,7 @@ def test_a_podgroup_naming_a_missing_priority_class_is_invalid_not_fatal(cache):
 
 
 def test_the_gang_index_follows_adds_deletes_and_relabels(cache):
-    cache._replace_pods([pod_json("a", "u1", group="g"), pod_json("b", "u2", group="g")])
+    relist(cache, "pods", [pod_json("a", "u1", group="g"), pod_json("b", "u2", group="g")])
     assert sorted(p.name for p in cache.members("ns/g")) == ["a", "b"]
     cache._apply_pod("MODIFIED", pod_json("b", "u2", group="h"))
     assert [p.name for p in cache.members("ns/g")] == ["a"]
@@ -136,16 +139,16 @@ def test_the_gang_index_follows_adds_deletes_and_relabels(cache):
     assert cache.members("ns/g") == []
 
 
-def node_json(name: str, allocatable: object = None) -> dict:
+def node_json(name: str, gpus: str = "8", allocatable: object = None) -> dict:
     return {"metadata": {"name": name},
-            "status": {"allocatable": {"cpu": "8"} if allocatable is None else allocatable,
+            "status": {"allocatable": {"nvidia.com/gpu": gpus} if allocatable is None else allocatable,
                        "conditions": [{"type": "Ready", "status": "True"}]}}
 
 
 def test_a_node_that_does_not_convert_is_reported_and_skipped_not_fatal(cache):
     bad = []
     cache.on_bad_object = lambda kind, obj, why: bad.append((kind, obj["metadata"]["name"], why))
-    cache._replace_nodes([node_json("broken", allocatable=["not", "a", "map"]), node_json("good")])
+    relist(cache, "nodes", [node_json("broken", allocatable=["not", "a", "map"]), node_json("good")])
     assert list(cache.nodes) == ["good"]
     assert bad and bad[0][:2] == ("Node", "broken") and "AttributeError" in bad[0][2]
     cache._apply_node("MODIFIED", node_json("good", allocatable=["broken", "now"]))
@@ -157,10 +160,110 @@ def test_a_node_that_does_not_convert_is_reported_and_skipped_not_fatal(cache):
 def test_a_podgroup_failing_in_an_unforeseen_way_is_invalid_and_the_others_convert(cache):
     bad = []
     cache.on_bad_object = lambda kind, obj, why: bad.append((kind, why))
-    cache._replace_groups([
+    relist(cache, "podgroups", [
         {"metadata": {"name": "odd", "namespace": "ns", "annotations": ["not", "a", "map"]}, "spec": {"minMember": 1}},
         {"metadata": {"name": "fine", "namespace": "ns"}, "spec": {"minMember": 2}},
     ])
     assert "AttributeError" in cache.invalid_groups["ns/odd"]
     assert cache.groups["ns/fine"].min_member == 2
     assert bad == [("PodGroup", cache.invalid_groups["ns/odd"])]
+
+
+# ---- relists: page by page, swapped in whole --------------------------------
+
+def test_a_relist_holds_the_raw_objects_of_one_page_at_most(cache):
+    source = relist(cache, "pods", [pod_json(f"p{i}", f"u{i}") for i in range(7)], page_size=2)
+    assert source.alive_from_earlier_pages == [0, 0, 0, 0]  # 4 pages, none kept once converted
+    assert len(cache.pods) == 7
+
+
+def relist_while_the_scheduler_runs(cache, page_size: int, assume_before_page: int) -> list[bool]:
+    """The scenario of a relist after missed events, with a cycle assuming
+    a binding for pod e before page ``assume_before_page`` is requested;
+    says, per page, whether the cache still held exactly the pods it held
+    before the relist (our own assumption aside)."""
+    relist(cache, "pods", [pod_json("a", "ua", node="n1", group="g", phase="Running"),
+                           pod_json("b", "ub", group="g"),
+                           pod_json("c", "uc", node="n1", group="h", phase="Running"),
+                           pod_json("d", "ud"), pod_json("e", "ue", group="k")], page_size=100)
+    cache.assume("ub", "n2", (0, 1))
+    cache.drain_changes()
+    before = dict(cache.pods)
+    unchanged = []
+
+    def between_pages(index: int) -> None:
+        unchanged.append(dict(cache.pods) == before)
+        if index == assume_before_page:
+            cache.assume("ue", "n4", (3,))
+            before["ue"] = cache.pods["ue"]
+
+    # c was deleted and d bound while nobody watched; f is new; b's binding not seen yet
+    relist(cache, "pods", [pod_json("a", "ua", node="n1", group="g", phase="Running"),
+                           pod_json("b", "ub", group="g"), pod_json("e", "ue", group="k"),
+                           pod_json("d", "ud", node="n3", phase="Running"), pod_json("f", "uf", group="m")],
+           page_size=page_size, on_page=between_pages)
+    return unchanged
+
+
+def test_a_relist_in_pages_replaces_the_state_exactly_and_only_at_its_end(cache):
+    unchanged = relist_while_the_scheduler_runs(cache, page_size=1, assume_before_page=3)  # e's was the 3rd
+    assert unchanged == [True] * 5  # no cycle saw a half-replaced state
+    assert sorted(cache.pods) == ["ua", "ub", "ud", "ue", "uf"]
+    assert (cache.pods["ub"].node_name, cache.pods["ub"].gpu_ids) == ("n2", (0, 1))  # assumptions kept,
+    assert (cache.pods["ue"].node_name, cache.pods["ue"].gpu_ids) == ("n4", (3,))  # even one made midway
+    assert cache.assumed.keys() == {"ub", "ue"}
+    assert cache.drain_changes() == ({"ns/h", "ns/pod:d", "ns/m"}, True)  # c held room on n1
+
+    whole = asyncio.run(new_cache())
+    relist_while_the_scheduler_runs(whole, page_size=100, assume_before_page=0)  # one page, as lists were
+    assert whole.pods == cache.pods and whole.assumed.keys() == cache.assumed.keys()
+
+
+def test_a_relist_that_finds_nothing_changed_touches_nothing_and_keeps_every_object(cache):
+    pods = [pod_json("a", "ua", node="n1", group="g", phase="Running"), pod_json("b", "ub", group="h")]
+    relist(cache, "pods", pods)
+    relist(cache, "nodes", [node_json("n1"), node_json("n2")])
+    held = dict(cache.pods), dict(cache.nodes)
+    assert len(held[0]) == 2 and len(held[1]) == 2
+    mark = cache.state.mark
+    cache.drain_changes()
+    relist(cache, "pods", pods, page_size=1)
+    relist(cache, "nodes", [node_json("n1"), node_json("n2")], page_size=1)
+    assert cache.drain_changes() == (set(), False)  # no backoff reset for every gang in the cluster
+    assert all(cache.pods[uid] is pod for uid, pod in held[0].items())
+    assert all(cache.nodes[name] is node for name, node in held[1].items())
+    assert cache.state.changed_since(mark) == []
+
+
+def test_a_relist_removes_nodes_and_podgroups_gone_meanwhile(cache):
+    relist(cache, "nodes", [node_json("n1"), node_json("n2")])
+    relist(cache, "podgroups", [{"metadata": {"name": g, "namespace": "ns"}, "spec": {"minMember": 1}}
+                                for g in ("g", "h")])
+    cache.drain_changes()
+    relist(cache, "nodes", [node_json("n2", gpus="4")], page_size=1)
+    relist(cache, "podgroups", [{"metadata": {"name": "h", "namespace": "ns"}, "spec": {"minMember": 1}}],
+           page_size=1)
+    assert list(cache.nodes) == ["n2"] and cache.nodes["n2"].allocatable["nvidia.com/gpu"] == 4
+    assert list(cache.groups) == ["ns/h"] and list(cache.groups_raw) == ["ns/h"]
+    assert cache.drain_changes() == ({"ns/g", "ns/h"}, True)  # g gone; n2 changed
+
+
+def test_a_requested_relist_drops_the_watch_and_lists_again(cache):
+    restarts = []
+    cache.on_watch_restart = lambda kind, why: restarts.append((kind, why))
+
+    async def scenario():
+        source = PagedList([pod_json("p", "u1")])
+        reflector = next(r for r in cache.reflectors(source) if r.kind == "pods")
+        running = asyncio.create_task(reflector.run())
+        async with asyncio.timeout(10):
+            while source.watches < 1:
+                await asyncio.sleep(0.01)
+            source.items = [pod_json("q", "u2")]  # a change the watch never delivered
+            reflector.relist()
+            while source.watches < 2:
+                await asyncio.sleep(0.01)
+        running.cancel()
+    asyncio.run(scenario())
+    assert list(cache.pods) == ["u2"]
+    assert restarts == [("pods", "requested")]

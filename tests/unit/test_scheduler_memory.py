@@ -27,7 +27,7 @@ def test_verdicts_start_times_and_status_of_gone_gangs_are_dropped():
     async def scenario():
         scheduler = Scheduler(kube=None, config=SchedulerConfig())  # type: ignore[arg-type]  # nothing is sent
         cache = scheduler.cache
-        cache._replace_nodes([])
+        cache._replace_nodes({})
         cache._apply_group("ADDED", group_object("g", 2))
         cache._apply_pod("ADDED", pod_object("g-0", group="g"))
         cache._apply_pod("ADDED", pod_object("lone"))

@@ -7,6 +7,7 @@ from batchsched.api import constants
 from batchsched.cli import main
 from batchsched.core.topology.annotation import from_annotation, to_annotation
 from batchsched.shell.cache import ClusterCache
+from tests.unit.cache_support import relist
 from tests.unit.topology_support import FIXTURES, fixture
 
 DGX1 = str(FIXTURES / "dgx1-hybrid-cube-mesh-8gpu.txt")
@@ -59,7 +60,7 @@ def test_the_cache_reports_a_broken_annotation_once_and_treats_the_node_as_flat(
     cache = ClusterCache("batchsched")
     reports = []
     cache.on_bad_object = lambda kind, obj, why: reports.append((kind, why))
-    cache._replace_nodes([node_object("{broken")])
+    relist(cache, "nodes", [node_object("{broken")])
     cache._apply_node("MODIFIED", node_object("{broken", rv="2"))  # a heartbeat: no new report
     assert cache.nodes["n1"].topology is None
     assert reports == [("Node", cache.nodes["n1"].topology_error)]

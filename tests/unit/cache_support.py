@@ -1,0 +1,58 @@
+"""A stand-in for the API server's paginated list, to drive the watch
+cache's real list loop (``Reflector.list_once``) without a server."""
+from __future__ import annotations
+
+import asyncio
+import copy
+import gc
+import weakref
+from typing import AsyncIterator, Callable
+
+from batchsched.shell.cache import ClusterCache
+
+
+class RawObject(dict):
+    """A decoded API object that can be watched for being freed."""
+    __slots__ = ("__weakref__",)
+
+
+class PagedList:
+    """Serves ``items`` ``limit`` at a time with continue tokens, each page
+    freshly decoded as ``Kube.request`` returns it.  Before serving a page it
+    calls ``on_page(index)`` and records how many raw objects of earlier
+    pages are still alive (``alive_from_earlier_pages``)."""
+
+    def __init__(self, items: list[dict], on_page: Callable[[int], None] = lambda index: None):
+        self.items = items
+        self.on_page = on_page
+        self.alive_from_earlier_pages: list[int] = []
+        self._served: list[weakref.ref] = []
+        self.watches = 0
+
+    async def request(self, method: str, path: str, *, query: dict, timeout: float | None = None) -> dict:
+        assert method == "GET" and "watch" not in query
+        gc.collect()
+        self.alive_from_earlier_pages.append(sum(1 for ref in self._served if ref() is not None))
+        self.on_page(len(self.alive_from_earlier_pages) - 1)
+        start = int(query.get("continue") or 0)
+        end = start + query["limit"]
+        page = [RawObject(copy.deepcopy(obj)) for obj in self.items[start:end]]
+        self._served += [weakref.ref(obj) for obj in page]
+        more = {"continue": str(end)} if end < len(self.items) else {}
+        return {"metadata": {"resourceVersion": "7", **more}, "items": page}
+
+    async def watch(self, path: str, resource_version: str, timeout_seconds: int) -> AsyncIterator[dict]:
+        """A watch on which nothing ever happens."""
+        self.watches += 1
+        await asyncio.Event().wait()
+        yield {}
+
+
+def relist(cache: ClusterCache, kind: str, items: list[dict], page_size: int = 2,
+           on_page: Callable[[int], None] = lambda index: None) -> PagedList:
+    """List ``items`` into the cache as the ``kind`` reflector does, ``page_size`` a page."""
+    source = PagedList(items, on_page)
+    reflector = next(r for r in cache.reflectors(source) if r.kind == kind)  # type: ignore[arg-type]
+    reflector.page_size = page_size
+    asyncio.run(reflector.list_once())
+    return source
