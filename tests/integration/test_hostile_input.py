@@ -79,10 +79,13 @@ def test_a_reflector_outlives_failing_updates_and_is_out_of_step_until_its_relis
     failures = {"replace": [RecursionError("maximum recursion depth exceeded")], "apply": [KeyError("type")]}
     listed, applied, errors = [], [], []
 
-    def replace(items: list[dict]) -> None:
+    def convert(obj: dict) -> tuple[str, dict]:
+        return obj["metadata"]["name"], obj
+
+    def replace(entries: dict[str, dict]) -> None:
         if failures["replace"]:
             raise failures["replace"].pop()
-        listed.append({i["metadata"]["name"] for i in items})
+        listed.append(set(entries))
 
     def apply(event_type: str, obj: dict) -> None:
         if obj["metadata"]["name"] == f"{env.id}-later" and failures["apply"]:
@@ -91,7 +94,7 @@ def test_a_reflector_outlives_failing_updates_and_is_out_of_step_until_its_relis
 
     async def scenario() -> None:
         kube = await Kube.connect(env.kubeconfig)
-        reflector = Reflector(kube, "/api/v1/nodes", "nodes", replace, apply,
+        reflector = Reflector(kube, "/api/v1/nodes", "nodes", convert, replace, apply,
                               on_restart=lambda kind, why: errors.append((kind, why, reflector.error)))
         task = asyncio.create_task(reflector.run())
         try:

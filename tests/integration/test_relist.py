@@ -54,7 +54,7 @@ def test_a_relist_in_many_small_pages_keeps_bindings_and_state_exact(env):
             pods.page_size = 2
             watching = asyncio.create_task(pods.run())
             await pods.synced.wait()
-            cache.assume(uid["b-0"], nodes[0], (4, 5), timeout=300)  # bound by us, not confirmed yet
+            cache.assume(uid["b-0"], nodes[0], (4, 5))  # bound by us, not confirmed yet
             watching.cancel()  # the watch breaks; what happens now is missed
             await asyncio.gather(watching, return_exceptions=True)
             env.kube.delete(f"/api/v1/namespaces/{ns}/pods/x", gracePeriodSeconds=0)
@@ -78,7 +78,7 @@ def test_a_relist_in_many_small_pages_keeps_bindings_and_state_exact(env):
             fresh_reflectors = {r.kind: r for r in fresh.reflectors(kube)}
             await fresh_reflectors["nodes"].list_once()
             await fresh_reflectors["pods"].list_once()  # one page
-            fresh.assume(uid["b-0"], nodes[0], (4, 5), timeout=300)
+            fresh.assume(uid["b-0"], nodes[0], (4, 5))
             return cache, fresh, pages
         finally:
             await kube.close()
