@@ -27,7 +27,7 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import AsyncIterator, Callable
 from urllib.parse import quote
 
 import aiohttp
@@ -69,23 +69,35 @@ class Binder:
     def __init__(self, kube: Kube, parallelism: int = 32, retries: int = 3):
         self.kube = kube
         self.retries = retries
-        # Asked while an outcome is being read back: False once the watch
-        # has settled the pod anyway (bound, or gone), so reading stops.
-        self.still_unsettled: Callable[[str], bool] = lambda uid: True
+        # Asked while an outcome is being read back, with the pod's uid and
+        # node: None while the watch has not settled the pod, else whether it
+        # shows the pod bound to that node (then reading stops).
+        self.settled_by_watch: Callable[[str, str], bool | None] = lambda uid, node: None
         self._slots = asyncio.Semaphore(parallelism)
         self._in_flight = 0
         self._idle = asyncio.Event()
         self._idle.set()
 
-    async def bind_all(self, requests: list[BindRequest]) -> list[BindResult]:
+    async def bind_each(self, requests: list[BindRequest]) -> AsyncIterator[BindResult]:
+        """Bind all of ``requests``, yielding each outcome as soon as it is
+        known (one pod read back for long does not hold up the others')."""
         self._in_flight += len(requests)
         self._idle.clear()
+        tasks = [asyncio.ensure_future(self._bind_one(r)) for r in requests]
         try:
-            return list(await asyncio.gather(*(self._bind_one(r) for r in requests)))
+            for done in asyncio.as_completed(tasks):
+                yield await done
         finally:
+            for task in tasks:
+                task.cancel()
             self._in_flight -= len(requests)
             if not self._in_flight:
                 self._idle.set()
+
+    async def bind_all(self, requests: list[BindRequest]) -> list[BindResult]:
+        """Every outcome, in the order of ``requests``."""
+        outcomes = {id(result.request): result async for result in self.bind_each(requests)}
+        return [outcomes[id(request)] for request in requests]
 
     async def wait_idle(self, at_most: float) -> None:
         """Until no binding is in flight, or ``at_most`` seconds: writes that
@@ -138,8 +150,9 @@ class Binder:
         query = {"fieldSelector": f"metadata.name={req.name}"}
         delay = 0.2
         while True:
-            if not self.still_unsettled(req.uid):
-                return True, "settled by the watch"
+            by_watch = self.settled_by_watch(req.uid, req.node)
+            if by_watch is not None:
+                return by_watch, "" if by_watch else "the watch shows it not bound there"
             try:
                 found = (await self.kube.request("GET", path, query=query, timeout=10)).get("items") or []
             except ApiError as exc:

@@ -100,7 +100,9 @@ class Reflector:
             if entry is not None:
                 listed[entry[0]] = entry[1]
         meta = page.get("metadata") or {}
-        return meta.get("continue"), meta.get("resourceVersion", "")
+        if not meta.get("resourceVersion"):
+            raise ValueError(f"{self.kind}: a list page without a resourceVersion")  # a watch from it would see "any"
+        return meta.get("continue"), meta["resourceVersion"]
 
     def relist(self) -> None:
         """Drop the watch and list the collection again (a list under way is left to finish)."""
@@ -365,21 +367,28 @@ class ClusterCache:
     # ---- PodGroups and PriorityClasses ---------------------------------------
 
     def _convert_group(self, key: str, obj: dict) -> None:
-        self.groups.pop(key, None)
-        self.invalid_groups.pop(key, None)
+        """(Re)convert one PodGroup; its gang is touched, and a problem
+        reported, only when what the core sees of it changed (a relist or a
+        PriorityClass event converts every group again)."""
+        old_spec, old_why = self.groups.pop(key, None), self.invalid_groups.pop(key, None)
         class_name = (obj.get("spec") or {}).get("priorityClassName")
         try:
             if class_name and class_name not in self.priority_classes:
                 raise ValueError(f"PriorityClass {class_name!r} not found")
-            self.groups[key] = group_from_json(obj, self.priority_classes.get(class_name, 0) if class_name
-                                               else None)
+            spec = group_from_json(obj, self.priority_classes.get(class_name, 0) if class_name else None)
         except Exception as exc:  # noqa: BLE001 - whatever it holds, only this PodGroup is refused
             why = str(exc) if isinstance(exc, (ValueError, TypeError)) else f"{type(exc).__name__}: {exc}"
             why = clip(why, MAX_PROBLEM_LENGTH)
-            log.warning("PodGroup %s is invalid: %s", key, why)
             self.invalid_groups[key] = why
-            self.on_bad_object("PodGroup", obj, why)
-        self.touched_gangs.add(key)
+            if why != old_why:
+                log.warning("PodGroup %s is invalid: %s", key, why)
+                self.on_bad_object("PodGroup", obj, why)
+                self.touched_gangs.add(key)
+            return
+        # an equal spec keeps the held object: the gangs built from it stay valid
+        self.groups[key] = old_spec if spec == old_spec else spec
+        if spec != old_spec:
+            self.touched_gangs.add(key)
 
     @staticmethod
     def _group_key(obj: dict) -> str:
@@ -390,9 +399,11 @@ class ClusterCache:
         return self._group_key(obj), obj  # kept raw: few, and their status is written back
 
     def _replace_groups(self, listed: dict[str, dict]) -> None:
-        self.touched_gangs.update(self.groups_raw.keys() - listed.keys())  # gone while not watched
+        for key in self.groups_raw.keys() - listed.keys():  # gone while not watched
+            self.groups.pop(key, None)
+            self.invalid_groups.pop(key, None)
+            self.touched_gangs.add(key)
         self.groups_raw = listed
-        self.groups, self.invalid_groups = {}, {}
         for key, obj in self.groups_raw.items():
             self._convert_group(key, obj)
         self._notify()
@@ -447,14 +458,15 @@ class ClusterCache:
 
         Only the binder calls this, after a refusal or after reading the pod
         back (an ambiguous outcome is never guessed at).  Its room frees for
-        others; the gang itself is not touched, so it keeps the backoff the
-        shell gives it for the refusal.
+        others; its gang is touched (its status counted the pod bound), and
+        keeps the refusal's backoff, which a touch does not clear.
         """
         if self.assumed.pop(uid, None) is None:
             return
         pod = self.pods.get(uid)
         if pod is not None and not pod.terminal:
             self.state.put_pod(dataclasses.replace(pod, node_name="", gpu_ids=(), bound_by_scheduler=False))
+            self.touched_gangs.add(pod.gang_key)  # its status counted the pod bound
         self.capacity_freed = True
         self._notify()
 

@@ -51,7 +51,7 @@ class Scheduler:
         self.reflectors = self.cache.reflectors(kube)
         self.queue = GangQueue.from_config(self.core_config)
         self.binder = Binder(kube, config.binding.parallelism, config.binding.retries)
-        self.binder.still_unsettled = lambda uid: uid in self.cache.assumed
+        self.binder.settled_by_watch = self._settled_by_watch
         self.status = StatusWriter(kube, config.status_min_interval_seconds, self.binder.wait_idle)
         self.events = EventRecorder(kube, config.scheduler_name, wait_for_bindings=self.binder.wait_idle)
         self.preemption_policy = config.preemption.policy()
@@ -230,19 +230,35 @@ class Scheduler:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    def _settled_by_watch(self, uid: str, node: str) -> bool | None:
+        """For the binder reading back an unclear outcome: None while the pod
+        is still assumed, else whether the watch shows it bound to ``node``."""
+        if uid in self.cache.assumed:
+            return None
+        pod = self.cache.pods.get(uid)
+        return pod is not None and pod.node_name == node
+
     async def _bind(self, requests: list[BindRequest], eligible_since: dict[str, float]) -> None:
-        results = await self.binder.bind_all(requests)
         by_gang: dict[str, list[BindResult]] = {}
-        for result in results:
-            self._bound(result)
-            by_gang.setdefault(result.request.gang_key, []).append(result)
+        refused: set[str] = set()
+        async for result in self.binder.bind_each(requests):
+            key = result.request.gang_key
+            by_gang.setdefault(key, []).append(result)
+            if not result.ok:
+                self.cache.forget(result.request.uid)  # first: its room is free whatever follows
+                if key not in refused:  # at once, so the next cycle does not retry it; once a batch
+                    refused.add(key)
+                    self.queue.record_bind_refused(key, time.time())  # refused or gone: not for want of room
+            try:
+                self._bound(result)
+            except Exception:  # noqa: BLE001 - an event or a metric must not lose the other outcomes
+                log.exception("recording the binding of %s/%s failed", result.request.namespace,
+                              result.request.name)
         finished = time.time()
         for key, outcomes in by_gang.items():
             bound = [r.request.name for r in outcomes if r.ok]
-            if bound:
+            if key not in refused:
                 self.queue.record_bound(key)
-            if len(bound) < len(outcomes):
-                self.queue.record_bind_refused(key, finished)  # refused or gone: not for want of room
             log.info("bound %d of %d pod(s)", len(bound), len(outcomes), extra=decision(key, bound))
             if key in eligible_since and len(bound) == len(outcomes):
                 self.metrics.gang_e2e_duration.observe(finished - eligible_since[key])
@@ -258,9 +274,9 @@ class Scheduler:
                              + (f" (GPUs {','.join(map(str, req.gpu_ids))})" if req.gpu_ids else ""))
             return
         self.metrics.bind_errors.inc()
-        log.warning("binding %s/%s to %s failed: %s", req.namespace, req.name, req.node, result.error,
+        log.warning("binding %s/%s to %s failed%s: %s", req.namespace, req.name, req.node,
+                    " (read back)" if result.verified else "", result.error,
                     extra=decision(req.gang_key, [req.name], node=req.node))
-        self.cache.forget(req.uid)
         self.events.emit(pod_ref(req.namespace, req.name, req.uid), "Warning", "FailedBinding",
                          f"Binding to {req.node} failed: {result.error}")
 

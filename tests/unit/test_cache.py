@@ -42,16 +42,16 @@ def test_the_watch_confirming_a_binding_ends_the_assumption(cache):
     assert cache.pods["u1"].node_name == "node-a"
 
 
-def test_a_failed_binding_is_forgotten_and_frees_capacity_without_touching_the_gang(cache):
-    # The gang keeps the backoff the refusal earns it: touching it would
-    # clear that and re-plan it at once, binding after binding.
+def test_a_failed_binding_is_forgotten_frees_capacity_and_touches_the_gang(cache):
+    # Touched, its status is rewritten (it counted the pod bound); the
+    # refusal's backoff is the queue's and a touch does not clear it.
     relist(cache, "pods", [pod_json("p", "u1", group="g")])
     cache.drain_changes()
     cache.assume("u1", "node-a", ())
     cache.forget("u1")
     assert cache.pods["u1"].node_name == ""
     touched, freed = cache.drain_changes()
-    assert touched == set() and freed
+    assert touched == {"ns/g"} and freed
 
 
 def test_an_assumption_never_expires_on_its_own(cache):
@@ -245,7 +245,7 @@ def test_a_relist_removes_nodes_and_podgroups_gone_meanwhile(cache):
            page_size=1)
     assert list(cache.nodes) == ["n2"] and cache.nodes["n2"].allocatable["nvidia.com/gpu"] == 4
     assert list(cache.groups) == ["ns/h"] and list(cache.groups_raw) == ["ns/h"]
-    assert cache.drain_changes() == ({"ns/g", "ns/h"}, True)  # g gone; n2 changed
+    assert cache.drain_changes() == ({"ns/g"}, True)  # g gone (h unchanged: untouched); n2 changed
 
 
 def test_a_requested_relist_drops_the_watch_and_lists_again(cache):
@@ -267,3 +267,26 @@ def test_a_requested_relist_drops_the_watch_and_lists_again(cache):
     asyncio.run(scenario())
     assert list(cache.pods) == ["u2"]
     assert restarts == [("pods", "requested")]
+
+
+def group_json(name: str, min_member: int = 2, priority_class: str = "") -> dict:
+    spec = {"minMember": min_member, **({"priorityClassName": priority_class} if priority_class else {})}
+    return {"metadata": {"name": name, "namespace": "ns", "generation": 1}, "spec": spec}
+
+
+def test_a_podgroup_or_priority_class_relist_touches_only_what_changed(cache):
+    # Touching resets backoffs, hopeless marks and schedule timeouts: a relist
+    # (any watch error) must not do that to every gang of the cluster.
+    relist(cache, "priorityclasses", [{"metadata": {"name": "high"}, "value": 10}])
+    relist(cache, "podgroups", [group_json("a"), group_json("b", priority_class="high"), group_json("c")])
+    cache.drain_changes()
+    held = dict(cache.groups)
+    relist(cache, "podgroups", [group_json("a"), group_json("b", priority_class="high"), group_json("c", 3)])
+    assert cache.drain_changes()[0] == {"ns/c"}
+    assert cache.groups["ns/a"] is held["ns/a"]  # the held object: gangs built from it stay valid
+    relist(cache, "priorityclasses", [{"metadata": {"name": "high"}, "value": 10}])
+    assert cache.drain_changes()[0] == set()
+    relist(cache, "priorityclasses", [{"metadata": {"name": "high"}, "value": 20}])
+    assert cache.drain_changes()[0] == {"ns/b"}
+    relist(cache, "podgroups", [group_json("a")])
+    assert cache.drain_changes()[0] == {"ns/b", "ns/c"}

@@ -114,3 +114,16 @@ def test_refusals_and_the_partial_clock_outlive_the_gang_leaving_the_queue_while
         if plan.resets:
             break
     assert plan.resets and 300 < t + 1.5 <= 320
+
+
+def test_a_gang_whose_bindings_are_refused_holds_no_reservation():
+    # The API refuses it whatever room it gets: reserving nodes for it would
+    # only idle them (and it leaves the queue while its bindings fly, which
+    # would restart a reservation's clock every time).
+    queue = GangQueue.from_config(CONFIG)
+    queue.upsert("ns/g", 0, 0.0, now=0.0)
+    assert list(queue.reservation_candidates(700.0)) == ["ns/g"]
+    queue.record_bind_refused("ns/g", now=700.0)
+    assert list(queue.reservation_candidates(701.0)) == []
+    queue.record_bound("ns/g")
+    assert list(queue.reservation_candidates(702.0)) == ["ns/g"]

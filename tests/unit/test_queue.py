@@ -160,8 +160,21 @@ def test_attempts_go_on_where_the_budget_stopped_and_each_gang_gets_one_per_pass
     q.upsert("new", 9, 0, now=1)  # ahead of where the pass goes on, and new to it: tried first
     assert list(q.attempts(now=1, budget=2)) == ["new", "c"]
     assert list(q.attempts(now=2, budget=2)) == ["d", "e"]
-    assert q.next_retry_at() is None  # the pass is done
+    # the pass is done, and the gangs it had tried are ready: the next pass comes at once
+    assert q.next_retry_at() == 2
     assert list(q.attempts(now=3, budget=10)) == ["new", "a", "b", "c", "d", "e"]
+    assert q.next_retry_at() is None  # a whole pass in one cycle: nothing skipped, nothing waits
+
+
+def test_new_gangs_ahead_of_the_pass_never_make_it_try_a_gang_twice():
+    q = make_queue()
+    for i, key in enumerate("CDEF"):
+        q.upsert(key, 0, i, now=0)
+    assert list(q.attempts(now=0, budget=2)) == ["C", "D"]
+    for i, key in enumerate("abc"):
+        q.upsert(key, 9, i, now=1)  # higher priority: ahead of everything
+    seen = list(q.attempts(now=1, budget=2)) + list(q.attempts(now=2, budget=2)) + list(q.attempts(now=3, budget=2))
+    assert sorted(seen) == ["E", "F", "a", "b", "c"]  # each once in the pass, C and D not again
 
 
 def test_freed_capacity_ends_only_the_backoffs_it_may_help():

@@ -112,7 +112,7 @@ class Reservation:
 
 class GangQueue:
     def __init__(self, initial_backoff: float = 1.0, max_backoff: float = 60.0,
-                 reservation_after_seconds: float = 60.0, max_reservation_seconds: float = 3600.0):
+                 reservation_after_seconds: float = 60.0, max_reservation_seconds: float = 14400.0):
         self.initial_backoff = initial_backoff
         self.max_backoff = max_backoff
         self.reservation_after_seconds = reservation_after_seconds
@@ -127,7 +127,6 @@ class GangQueue:
         # (or forgotten), so its verdict keeps saying so while its pods return
         self.started_over: dict[str, str] = {}
         self._pass = 0  # the current pass over the queue (``attempts``)
-        self._resume: _OrderKey | None = None  # where the current pass goes on; None: from the head
         self._paused_at: float | None = None  # when the budget cut the current pass short
         self._freed = False  # capacity freed since the last ``retry_if_freed``
 
@@ -265,21 +264,23 @@ class GangQueue:
         """The gangs to try in this cycle, in order: those ready, at most
         ``budget`` of them, going on with the current pass (module
         docstring).  Consume it whole; each key yielded counts as tried."""
-        current, resume = self._pass, self._resume
-        tried = 0
+        current = self._pass
+        tried, skipped = 0, False
         for order in list(self._order):
             entry = self._entries.get(order[3])
             if entry is None or not self.ready(entry.key, now):
                 continue
-            if resume is not None and order < resume and entry.tried_in_pass == current:
-                continue  # tried in this pass already: its turn comes in the next
+            if entry.tried_in_pass == current:
+                skipped = True  # tried in this pass already: its turn comes in the next
+                continue
             if tried == budget:
-                self._resume, self._paused_at = order, now
+                self._paused_at = now
                 return
             entry.tried_in_pass = current
             tried += 1
             yield entry.key
-        self._pass, self._resume, self._paused_at = current + 1, None, None
+        # The pass is over; gangs it skipped are ready for the next at once.
+        self._pass, self._paused_at = current + 1, now if skipped else None
 
     def ready(self, gang_key: str, now: float) -> bool:
         entry = self._entries.get(gang_key)
@@ -365,6 +366,7 @@ class GangQueue:
         for key in self.ordered():
             entry = self._entries[key]
             if (not entry.timed_out and not entry.hopeless and not entry.reservation_expired
+                    and key not in self._bind_refusals  # it could not use the nodes: the API refuses it
                     and entry.waiting_since is not None
                     and now - entry.waiting_since > self.reservation_after_seconds):
                 yield key
