@@ -265,7 +265,7 @@ class Simulation:
             started = time.perf_counter()
             plan = self.policy.cycle(self.cluster, self.now)
             self.recorder.cycle_seconds.append(time.perf_counter() - started)
-            if plan.bindings or plan.evictions or plan.nominations:
+            if plan.bindings or plan.evictions or plan.nominations or plan.resets:
                 self._apply(plan)
                 dirty, last_change = True, self.now
                 self.recorder.observe(self.now, self.busy_gpus)
@@ -374,8 +374,9 @@ class Simulation:
             self._bound(self.cluster.bind(binding.pod_uid, binding.node_name, binding.gpu_ids, self.now))
         for nomination in plan.nominations:
             self.cluster.nominate(nomination.pod.uid, nomination.node_name)
-        for eviction in plan.evictions:
-            pod = self.cluster.terminate(eviction.pod.uid)
+        evicted = [e.pod for e in plan.evictions] + [p for reset in plan.resets for p in reset.pods]
+        for victim in evicted:  # a gang started over loses its bound members as a victim does
+            pod = self.cluster.terminate(victim.uid)
             run = self.by_pod[pod.uid]
             self.recorder.evicted(run.job)
             if run.running and self._bound_members(run) < run.job.min_member:
