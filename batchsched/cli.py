@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
+import logging
 import sys
 import time
 from pathlib import Path
@@ -16,16 +18,40 @@ async def _run(args: argparse.Namespace) -> int:
 
     config = load_config(args.config)
     setup_logging(config.log_level, config.log_format)
-    return await run_replica(args.kubeconfig, config)
+    return await run_replica(args.kubeconfig, config, args.context)
+
+
+class _OncePerMessage(logging.Filter):
+    """Lets each distinct log message through once: a bad node or PodGroup is
+    reported once per explain, however often the cache converts it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: set[tuple[str, int, str]] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        key = (record.name, record.levelno, record.getMessage())
+        if key in self.seen:
+            return False
+        self.seen.add(key)
+        return True
 
 
 async def _explain(args: argparse.Namespace) -> int:
-    from batchsched.core.explain import explain_gang
-    from batchsched.shell.cache import ClusterCache
-    from batchsched.shell.kube import ApiError, Kube
+    import aiohttp
 
+    from batchsched.core.explain import explain_gang, explain_waiting, gang_key_for
+    from batchsched.shell.cache import ClusterCache
+    from batchsched.shell.kube import ApiError, Kube, resolve_target
+
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("batchsched: %(levelname)s: %(message)s"))
+    handler.addFilter(_OncePerMessage())
+    logging.basicConfig(level=logging.WARNING, handlers=[handler], force=True)
     config = load_config(args.config)
-    kube = await Kube.connect(args.kubeconfig)
+    target = await resolve_target(args.kubeconfig, args.context)
+    namespace = args.namespace or target.namespace
+    kube = Kube.over(target.configuration)
     try:
         cache = ClusterCache(config.scheduler_name, config.node_selector)
         for reflector in cache.reflectors(kube):
@@ -34,10 +60,24 @@ async def _explain(args: argparse.Namespace) -> int:
             except ApiError as exc:
                 if not (exc.not_found and reflector.kind == "podgroups"):
                     raise  # (not found: the CRD is not installed, so no PodGroups)
-        key = args.gang if "/" in args.gang else f"default/{args.gang}"
-        print(explain_gang(cache.snapshot(time.time()), key))
+    except (ApiError, OSError, aiohttp.ClientError) as exc:
+        print(f"batchsched: {target.source}: {exc}", file=sys.stderr)
+        return 1
     finally:
         await kube.close()
+    snapshot = cache.snapshot(time.time())
+    if args.gang:
+        report = explain_gang(snapshot, gang_key_for(snapshot, namespace, args.gang))
+        print(json.dumps(report.data, indent=2) if args.output == "json" else report)
+        return 0 if report.data["found"] else 1
+    reports = explain_waiting(snapshot, None if args.all_namespaces else namespace)
+    if args.output == "json":
+        print(json.dumps([r.data for r in reports], indent=2))
+    elif not reports:
+        print("No gang is waiting" + ("." if args.all_namespaces else f" in namespace {namespace}."))
+    else:
+        for report in reports:
+            print(f"{report.data['gang']}: {report.verdict}")
     return 0
 
 
@@ -77,18 +117,48 @@ def _simulate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("batchsched")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
+
+
+def _add_connection_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--kubeconfig", metavar="FILE",
+                        help="kubeconfig file (default, as kubectl: $KUBECONFIG, a path list, "
+                             "else ~/.kube/config, else the in-cluster service account)")
+    parser.add_argument("--context", help="kubeconfig context to use (default: its current-context)")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="batchsched", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p_run = sub.add_parser("run", help="run the scheduler")
-    p_run.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster config)")
-    p_run.add_argument("--config", help="scheduler config YAML (configs/scheduler.yaml documents it)")
+    _add_connection_flags(p_run)
+    p_run.add_argument("--config", metavar="FILE",
+                       help="scheduler config YAML (default: built-in; configs/scheduler.yaml documents it)")
 
-    p_explain = sub.add_parser("explain", help="why is a gang pending, node by node")
-    p_explain.add_argument("gang", metavar="NAMESPACE/PODGROUP")
-    p_explain.add_argument("--kubeconfig")
-    p_explain.add_argument("--config")
+    p_explain = sub.add_parser(
+        "explain", help="why is a gang pending, node by node; without a target, every waiting gang, one line each",
+        description="Reads the cluster (no scheduler needs to run) and says why a gang waits. "
+                    "Exit status 1 when the target is unknown or the cluster cannot be read.")
+    p_explain.add_argument("gang", nargs="?", metavar="TARGET",
+                           help="NAME or podgroup/NAME: a PodGroup (or the gang its pods' label names); "
+                                "pod/NAME: that pod's gang, a pod without a PodGroup being a gang of one; "
+                                "NAMESPACE/NAME: a PodGroup there. Omitted: list the waiting gangs")
+    p_explain.add_argument("-n", "--namespace", help="namespace of TARGET (default: the context's, else default)")
+    p_explain.add_argument("-A", "--all-namespaces", action="store_true",
+                           help="without TARGET: list waiting gangs in every namespace")
+    p_explain.add_argument("-o", "--output", choices=("text", "json"), default="text",
+                           help="text for people, json for scripts (default: %(default)s)")
+    _add_connection_flags(p_explain)
+    p_explain.add_argument("--config", metavar="FILE",
+                           help="scheduler config YAML, for schedulerName and nodeSelector (default: built-in)")
 
     p_sim = sub.add_parser("simulate", help="batchsched and baseline schedulers on a simulated cluster "
                                             "(no arguments: the embedded default cluster and workload)")
@@ -112,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
 
     p_topo = sub.add_parser("topo", help="GPU topology tools").add_subparsers(dest="topo_command", required=True)
     p_parse = p_topo.add_parser("parse", help="read `nvidia-smi topo -m` output (FILE, or - for stdin)")
-    p_parse.add_argument("file", metavar="FILE")
+    p_parse.add_argument("file", metavar="FILE", help="the saved output, or - to read stdin")
     p_parse.add_argument("--format", choices=("text", "json", "annotation"), default="text",
                          help="text: a summary; annotation: the value of the node annotation "
                               "scheduling.batchsched.io/gpu-topology; json: the same, indented")

@@ -2,12 +2,13 @@
 
 Answers the classic GPU-Pending checklist as well: does any node advertise
 the GPU resource at all, is any of it allocatable, did the pods ask for GPUs
-in their limits.
+in their limits.  Each report carries the same facts as data (``-o json``)
+and a one-line verdict (the list view).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Any, Mapping
 
 from batchsched.api import constants
 from batchsched.core import resources as res
@@ -21,7 +22,10 @@ from batchsched.core.topology.accounting import GpuRoom, gpu_rooms
 
 @dataclass
 class Report:
+    """The text lines, the same facts as JSON-ready data, and a one-line verdict."""
     lines: list[str] = field(default_factory=list)
+    data: dict[str, Any] = field(default_factory=dict)
+    verdict: str = ""
 
     def add(self, text: str = "") -> None:
         self.lines.append(text)
@@ -30,34 +34,66 @@ class Report:
         return "\n".join(self.lines)
 
 
+def gang_key_for(snapshot: Snapshot, namespace: str, target: str) -> str:
+    """The gang a command-line target names: ``NAME`` or ``podgroup/NAME``
+    (a PodGroup, or the gang its pods' label names), ``pod/NAME`` (the gang
+    of that pod: its PodGroup's, or the pod alone, a gang of one), or
+    ``NAMESPACE/NAME`` (a PodGroup in another namespace)."""
+    kind, _, name = target.rpartition("/")
+    if kind in ("pod", "pods"):
+        pod = next((p for p in snapshot.cluster.pods.values() if p.namespace == namespace and p.name == name), None)
+        return pod.gang_key if pod is not None else f"{namespace}/pod:{name}"
+    if kind in ("", "podgroup", "podgroups"):
+        return f"{namespace}/{name}"
+    return target
+
+
+def explain_waiting(snapshot: Snapshot, namespace: str | None) -> list[Report]:
+    """A report for every gang with pending pods of ours, in one namespace or all."""
+    gangs = GangIndex(snapshot).pending()
+    return [explain_gang(snapshot, g.key) for g in gangs if namespace is None or g.spec.namespace == namespace]
+
+
 def explain_gang(snapshot: Snapshot, gang_key: str) -> Report:
-    report = Report()
+    report = Report(data={"gang": gang_key})
     gang = GangIndex(snapshot).get(gang_key)
     if gang is None:
         if gang_key in snapshot.groups or gang_key in snapshot.invalid_groups:
-            report.add(f"PodGroup {gang_key} has no member pods with schedulerName "
-                       f"{snapshot.scheduler_name!r} (label {constants.POD_GROUP_LABEL}={gang_key.split('/')[-1]}).")
+            report.verdict = (f"PodGroup {gang_key} has no member pods with schedulerName "
+                              f"{snapshot.scheduler_name!r} (label {constants.POD_GROUP_LABEL}="
+                              f"{gang_key.split('/')[-1]}).")
         else:
-            report.add(f"No PodGroup or pod gang {gang_key} is known.")
+            report.verdict = f"No PodGroup or pod gang {gang_key} is known."
+        report.add(report.verdict)
+        report.data.update(found=False, verdict=report.verdict)
         return report
 
+    report.data.update(
+        found=True, minMember=gang.min_member, priority=gang.priority,
+        members={"total": len(gang.members), "bound": len(gang.bound_active), "pending": len(gang.pending),
+                 "gated": gang.gated})
     report.add(f"Gang {gang.key}: minMember {gang.min_member}, priority {gang.priority}")
     report.add(f"  members: {len(gang.members)} ({len(gang.bound_active)} bound, {len(gang.pending)} pending"
                f", {gang.gated} gated)")
     if gang.problem is not None:
-        report.add(f"  cannot be scheduled: {gang.problem.reason}: {gang.problem.message}")
-        return report
+        report.data["problem"] = {"reason": gang.problem.reason, "message": gang.problem.message}
+        return _concluded(report, f"cannot be scheduled: {gang.problem.reason}: {gang.problem.message}")
     if not gang.eligible:
-        report.add(f"  quorum not reached: {gang.active} active members, minMember {gang.min_member} "
-                   "(members that Succeeded or Failed do not count)")
+        report.data["quorumReached"] = False
+        report.verdict = (f"quorum not reached: {gang.active} active members, minMember {gang.min_member} "
+                          "(members that Succeeded or Failed do not count)")
+        report.add(f"  {report.verdict}")
     if not gang.pending:
-        report.add("  nothing to place: every active member is bound.")
-        return report
+        return _concluded(report, "nothing to place: every active member is bound.")
 
     gpu_asked = [p for p in gang.pending if p.requests.get(constants.GPU_RESOURCE)]
     advertising = [n for n in snapshot.nodes.values() if constants.GPU_RESOURCE in n.allocatable]
     allocatable = sum(n.allocatable.get(constants.GPU_RESOURCE, 0) for n in advertising)
     free = snapshot.free_by_node()
+    report.data["gpuChecklist"] = {
+        "podsAskingGpu": len(gpu_asked), "pendingPods": len(gang.pending), "nodesAdvertisingGpu": len(advertising),
+        "nodes": len(snapshot.nodes), "gpusAllocatable": allocatable,
+        "gpusFree": sum(max(0, free[n.name].get(constants.GPU_RESOURCE, 0)) for n in advertising)}
     report.add("GPU checklist:")
     report.add(f"  pods asking {constants.GPU_RESOURCE} in limits: {len(gpu_asked)}/{len(gang.pending)}")
     report.add(f"  nodes advertising {constants.GPU_RESOURCE}: {len(advertising)}/{len(snapshot.nodes)}"
@@ -67,6 +103,8 @@ def explain_gang(snapshot: Snapshot, gang_key: str) -> Report:
         report.add("  -> no node advertises GPUs: is the NVIDIA device plugin running on the GPU nodes?")
 
     rooms = gpu_rooms(snapshot)
+    report.data["need"] = gang.need
+    report.data["shapes"] = []
     shapes: dict[tuple, list] = {}
     for pod in gang.pending:
         shapes.setdefault(tuple(sorted(pod.requests.items())), []).append(pod)
@@ -74,6 +112,7 @@ def explain_gang(snapshot: Snapshot, gang_key: str) -> Report:
         pod = pods[0]
         asks = ", ".join(f"{k}={res.format_amount(k, v)}" for k, v in shape)
         report.add(f"{len(pods)} pending pod(s) like {pod.name} asking {asks}:")
+        nodes: list[dict[str, Any]] = []
         fitting = 0
         for name in sorted(snapshot.nodes):
             node = snapshot.nodes[name]
@@ -81,13 +120,28 @@ def explain_gang(snapshot: Snapshot, gang_key: str) -> Report:
                 node, rooms.get(name), pod.requests, gang.spec.topology)
             if reasons:
                 report.add(f"  {name}: " + "; ".join(reasons))
+                nodes.append({"node": name, "fits": 0, "reasons": reasons})
             else:
                 slots = _how_many(pod.requests, free[name])
                 fitting += slots
                 gpus = pick_gpus(node, rooms.get(name), pod.requests, gang.spec.topology)
                 ids = f", GPUs {','.join(map(str, gpus.gpus))} for the first" if gpus.gpus else ""
                 report.add(f"  {name}: fits ({slots} such pod(s){ids})")
+                nodes.append({"node": name, "fits": slots, "reasons": [], "gpus": list(gpus.gpus)})
         report.add(f"  => room for {fitting} such pod(s) now; the gang needs {gang.need} placed at once")
+        report.data["shapes"].append({"pods": len(pods), "like": pod.name,
+                                      "requests": {k: res.format_amount(k, v) for k, v in shape},
+                                      "room": fitting, "nodes": nodes})
+    rooms_text = ", ".join(f"{s['room']} like {s['like']}" for s in report.data["shapes"])
+    report.verdict = report.verdict or f"needs {gang.need} placed at once; room now for {rooms_text}"
+    report.data["verdict"] = report.verdict
+    return report
+
+
+def _concluded(report: Report, verdict: str) -> Report:
+    report.verdict = report.verdict or verdict  # a quorum not reached says more than "nothing to place"
+    report.data["verdict"] = report.verdict
+    report.add(f"  {verdict}")
     return report
 
 

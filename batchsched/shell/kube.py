@@ -35,11 +35,14 @@ import math
 import os
 from contextvars import ContextVar
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, AsyncIterator, Callable, Mapping
 from urllib.parse import quote
 
 import aiohttp
+import yaml
 from kubernetes.aio import client, config
+from kubernetes.aio.config.config_exception import ConfigException
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +100,129 @@ def lease_fence() -> aiohttp.TraceConfig:
     return trace
 
 
+class KubeconfigError(ValueError):
+    """No usable client configuration; the message is one line for the operator."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where the client talks to, as kubectl would resolve it."""
+    configuration: client.Configuration
+    namespace: str  # the context's namespace, "default" when it sets none
+    source: str  # for messages: the kubeconfig files and context, or "in-cluster"
+
+
+ANONYMOUS_USER = "batchsched:anonymous"
+SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+# Keys holding a file path, resolved against the directory of the file naming them (as kubectl does).
+_PATH_KEYS = {"clusters": ("cluster", ("certificate-authority",)),
+              "users": ("user", ("client-certificate", "client-key", "tokenFile"))}
+
+
+def kubeconfig_paths(explicit: str | None, environ: Mapping[str, str], home: Path) -> list[Path]:
+    """The kubeconfig files kubectl reads, first one first: --kubeconfig alone,
+    else each entry of $KUBECONFIG (a path list; empty entries and repeats
+    dropped), else ~/.kube/config."""
+    if explicit:
+        return [Path(explicit).expanduser()]
+    if environ.get("KUBECONFIG"):
+        paths = [Path(p).expanduser() for p in environ["KUBECONFIG"].split(os.pathsep) if p]
+        return list(dict.fromkeys(paths))
+    return [home / ".kube" / "config"]
+
+
+def merge_kubeconfigs(files: list[tuple[Path, Mapping[str, Any]]]) -> dict[str, Any]:
+    """kubectl's merge of a $KUBECONFIG list: the first file to name a
+    cluster, context or user wins it, and the first non-empty current-context
+    wins.  (The client's own merger lets the last current-context win.)"""
+    merged: dict[str, Any] = {"clusters": [], "contexts": [], "users": [], "current-context": ""}
+    for path, document in files:
+        if not merged["current-context"] and isinstance(document.get("current-context"), str):
+            merged["current-context"] = document["current-context"]
+        for section in ("clusters", "contexts", "users"):
+            named = {entry["name"] for entry in merged[section]}
+            for entry in document.get(section) or []:
+                if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
+                    raise KubeconfigError(f"kubeconfig {path}: every entry of {section} needs a name")
+                if entry["name"] not in named:
+                    named.add(entry["name"])
+                    merged[section].append(_absolute_paths(section, entry, path.parent))
+    return merged
+
+
+def _absolute_paths(section: str, entry: dict, base: Path) -> dict:
+    inner_key, keys = _PATH_KEYS.get(section, ("", ()))
+    inner = entry.get(inner_key)
+    if not isinstance(inner, dict):
+        return entry
+    fixed = {k: str(base / v) if k in keys and isinstance(v, str) and v and not os.path.isabs(v) else v
+             for k, v in inner.items()}
+    return {**entry, inner_key: fixed}
+
+
+def _read_kubeconfig(path: Path) -> Mapping[str, Any]:
+    try:
+        document = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise KubeconfigError(f"kubeconfig {path}: {exc.strerror or exc}") from None
+    except yaml.YAMLError as exc:
+        raise KubeconfigError(f"kubeconfig {path}: not valid YAML: {' '.join(str(exc).split())}") from None
+    if document is None:
+        return {}
+    if not isinstance(document, dict):
+        raise KubeconfigError(f"kubeconfig {path}: expected a mapping, got {type(document).__name__}")
+    return document
+
+
+async def resolve_target(kubeconfig: str | None = None, context: str | None = None,
+                         environ: Mapping[str, str] = os.environ, home: Path | None = None) -> Target:
+    """Resolve the client configuration as kubectl does: --kubeconfig (which
+    must exist), else $KUBECONFIG (missing entries skipped), else
+    ~/.kube/config, else the in-cluster service account.  --context picks
+    the context, else current-context.  Raises KubeconfigError."""
+    paths = kubeconfig_paths(kubeconfig, environ, home or Path.home())
+    files = [(p, _read_kubeconfig(p)) for p in paths if kubeconfig or p.exists()]
+    merged = merge_kubeconfigs(files)
+    if not merged["contexts"] and not context:
+        return _in_cluster(paths)
+    where = ", ".join(str(p) for p, _ in files) or os.pathsep.join(map(str, paths))
+    name = context or merged["current-context"]
+    names = ", ".join(c["name"] for c in merged["contexts"]) or "none"
+    if not name:
+        raise KubeconfigError(f"kubeconfig {where} sets no current-context: pass --context (contexts: {names})")
+    chosen = next((c for c in merged["contexts"] if c["name"] == name), None)
+    if chosen is None:
+        raise KubeconfigError(f"context {name!r} not found in kubeconfig {where} (contexts: {names})")
+    settings = chosen.get("context") if isinstance(chosen.get("context"), dict) else {}
+    if not any(u["name"] == settings.get("user") for u in merged["users"]):
+        # kubectl then sends no credentials; the client's loader crashes without a user entry
+        merged["users"].append({"name": ANONYMOUS_USER, "user": {}})
+        merged["contexts"] = [{**c, "context": {**settings, "user": ANONYMOUS_USER}} if c is chosen else c
+                              for c in merged["contexts"]]
+    configuration = client.Configuration()
+    try:
+        await config.load_kube_config_from_dict(merged, context=name, client_configuration=configuration)
+    except (ConfigException, TypeError, KeyError, AttributeError) as exc:  # the loader's ways of saying "malformed"
+        raise KubeconfigError(f"kubeconfig {where}, context {name!r}: {type(exc).__name__}: {exc}") from None
+    namespace = settings.get("namespace") or "default"
+    return Target(configuration, namespace, f"kubeconfig {where}, context {name!r}")
+
+
+def _in_cluster(paths: list[Path]) -> Target:
+    configuration = client.Configuration()
+    try:
+        config.load_incluster_config(client_configuration=configuration)
+    except ConfigException:
+        raise KubeconfigError(
+            f"no configuration: no kubeconfig at {os.pathsep.join(map(str, paths))} and not running in a pod; "
+            "pass --kubeconfig or set $KUBECONFIG") from None
+    try:
+        namespace = SERVICE_ACCOUNT_NAMESPACE.read_text().strip() or "default"
+    except OSError:
+        namespace = "default"
+    return Target(configuration, namespace, "in-cluster")
+
+
 class Kube:
     def __init__(self, api_client: client.ApiClient):
         self.api = api_client
@@ -106,13 +232,10 @@ class Kube:
         self.write_validity: Callable[[], float] = lambda: math.inf
 
     @classmethod
-    async def connect(cls, kubeconfig: str | None = None, qps_connections: int = 64) -> "Kube":
-        configuration = client.Configuration()
-        if kubeconfig:
-            await config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
-        else:
-            config.load_incluster_config(client_configuration=configuration)
-        return cls.over(configuration, qps_connections)
+    async def connect(cls, kubeconfig: str | None = None, qps_connections: int = 64,
+                      context: str | None = None) -> "Kube":
+        """A Kube on the configuration kubectl would use (see :func:`resolve_target`)."""
+        return cls.over((await resolve_target(kubeconfig, context)).configuration, qps_connections)
 
     @classmethod
     def over(cls, configuration: client.Configuration, qps_connections: int = 64) -> "Kube":

@@ -27,19 +27,19 @@ log = logging.getLogger("batchsched")
 EXIT_LOST_LEASE = 1
 
 
-async def _elector(kubeconfig: str | None, config: SchedulerConfig) -> LeaderElector:
+async def _elector(kubeconfig: str | None, context: str | None, config: SchedulerConfig) -> LeaderElector:
     election = config.leader_election
     return LeaderElector(
         # its own connection pool: renewals never wait behind a burst of bindings
-        await Kube.connect(kubeconfig, qps_connections=2),
+        await Kube.connect(kubeconfig, qps_connections=2, context=context),
         resolve_lease_namespace(election.lease_namespace), election.lease_name, default_identity(),
         lease_duration=election.lease_duration_seconds, renew_deadline=election.renew_deadline_seconds,
         retry_period=election.retry_period_seconds)
 
 
-async def run_replica(kubeconfig: str | None, config: SchedulerConfig) -> int:
-    kube = await Kube.connect(kubeconfig)
-    elector = await _elector(kubeconfig, config) if config.leader_election.enabled else None
+async def run_replica(kubeconfig: str | None, config: SchedulerConfig, context: str | None = None) -> int:
+    kube = await Kube.connect(kubeconfig, context=context)
+    elector = await _elector(kubeconfig, context, config) if config.leader_election.enabled else None
     runner = None
     try:
         metrics = Metrics()
