@@ -21,22 +21,6 @@ async def _run(args: argparse.Namespace) -> int:
     return await run_replica(args.kubeconfig, config, args.context)
 
 
-class _OncePerMessage(logging.Filter):
-    """Lets each distinct log message through once: a bad node or PodGroup is
-    reported once per explain, however often the cache converts it."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.seen: set[tuple[str, int, str]] = set()
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        key = (record.name, record.levelno, record.getMessage())
-        if key in self.seen:
-            return False
-        self.seen.add(key)
-        return True
-
-
 async def _explain(args: argparse.Namespace) -> int:
     import aiohttp
 
@@ -44,10 +28,8 @@ async def _explain(args: argparse.Namespace) -> int:
     from batchsched.shell.cache import ClusterCache
     from batchsched.shell.kube import ApiError, Kube, resolve_target
 
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("batchsched: %(levelname)s: %(message)s"))
-    handler.addFilter(_OncePerMessage())
-    logging.basicConfig(level=logging.WARNING, handlers=[handler], force=True)
+    # the cache reports each bad object once, as a warning: say whose it is
+    logging.basicConfig(level=logging.WARNING, format="batchsched: %(levelname)s: %(message)s", force=True)
     config = load_config(args.config)
     target = await resolve_target(args.kubeconfig, args.context)
     namespace = args.namespace or target.namespace

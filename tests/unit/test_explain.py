@@ -1,7 +1,7 @@
 """`batchsched explain` reports (pure)."""
 from dataclasses import replace
 
-from batchsched.core.explain import explain_gang
+from batchsched.core.explain import explain_gang, explain_waiting, gang_key_for
 from batchsched.core.model import TopologyPolicy
 from tests.unit.helpers import gang_pods, group, node, pod, snapshot
 from tests.unit.topology_support import fixture, topology_node
@@ -32,3 +32,34 @@ def test_report_applies_the_gangs_topology_policy():
     text = str(explain_gang(snapshot([pcie], [pod("g-0", gpu=2, group="g")], [spec]), "default/g"))
     assert "pcie: node(s) had no free GPUs all joined by NVLink" in text
     assert "room for 0 such pod(s)" in text
+
+
+def test_targets_name_a_podgroup_a_pod_gang_or_a_lone_pod():
+    snap = snapshot([node("gpu", gpu=8)], [*gang_pods("g", 2, ns="a", gpu=8), pod("solo", ns="a", gpu=1)],
+                    [group("g", ns="a", min_member=2)])
+    assert gang_key_for(snap, "a", "g") == gang_key_for(snap, "a", "podgroup/g") == "a/g"
+    assert gang_key_for(snap, "a", "pod/g-1") == "a/g"
+    assert gang_key_for(snap, "a", "pod/solo") == "a/pod:solo"
+    assert gang_key_for(snap, "b", "pod/solo") == "b/pod:solo"  # unknown there: explain says so
+    assert gang_key_for(snap, "a", "other/g") == "other/g"
+    lone = explain_gang(snap, "a/pod:solo")
+    assert str(lone).startswith("Gang a/pod:solo: minMember 1")
+    assert not explain_gang(snap, "b/pod:solo").data["found"]
+
+
+def test_the_list_view_has_one_verdict_per_waiting_gang_and_the_data_matches_the_text():
+    snap = snapshot([node("gpu", gpu=8)],
+                    [*gang_pods("big", 2, ns="a", gpu=8), *gang_pods("short", 1, ns="a", gpu=1),
+                     pod("solo", ns="b", gpu=1), pod("placed", ns="a", gpu=1, node_name="gpu", phase="Running")],
+                    [group("big", ns="a", min_member=2), group("short", ns="a", min_member=2)])
+    reports = explain_waiting(snap, "a")
+    assert [(r.data["gang"], r.verdict) for r in reports] == [
+        ("a/big", "needs 2 placed at once; room now for 0 like big-0"),
+        ("a/short", "quorum not reached: 1 active members, minMember 2 (members that Succeeded or Failed "
+                    "do not count)"),
+    ]
+    assert [r.data["gang"] for r in explain_waiting(snap, None)] == ["a/big", "a/short", "b/pod:solo"]
+    big = reports[0].data
+    assert big["members"] == {"total": 2, "bound": 0, "pending": 2, "gated": 0}
+    assert big["gpuChecklist"]["gpusFree"] == 7 and big["shapes"][0]["room"] == 0
+    assert {"node": "gpu", "fits": 0, "reasons": ["Insufficient nvidia.com/gpu"]} in big["shapes"][0]["nodes"]
