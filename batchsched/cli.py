@@ -115,7 +115,7 @@ def _add_connection_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--context", help="kubeconfig context to use (default: its current-context)")
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="batchsched", description=__doc__)
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -171,7 +171,14 @@ def main(argv: list[str] | None = None) -> int:
     p_parse.add_argument("--numa-memory", default="", metavar="N=QTY,...",
                          help="memory of each NUMA node, e.g. 0=256Gi,1=256Gi (the matrix does not show it)")
 
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command == "explain" and args.gang and args.all_namespaces:
+        parser.error("explain: -A lists the waiting gangs of every namespace; it takes no TARGET")
     try:
         if args.command == "run":
             return asyncio.run(_run(args))
