@@ -28,7 +28,7 @@ async def _explain(args: argparse.Namespace) -> int:
     from batchsched.shell.cache import ClusterCache
     from batchsched.shell.kube import ApiError, Kube, resolve_target
 
-    # the cache reports each bad object once, as a warning: say whose it is
+    # the cache warns once about each bad object it lists; say the line is ours
     logging.basicConfig(level=logging.WARNING, format="batchsched: %(levelname)s: %(message)s", force=True)
     config = load_config(args.config)
     target = await resolve_target(args.kubeconfig, args.context)
