@@ -45,7 +45,11 @@ def _topo_parse(args: argparse.Namespace) -> int:
     from batchsched.core.topology.model import TopologyError
     from batchsched.core.topology.report import render
 
-    text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
+    try:
+        text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
+    except (OSError, UnicodeDecodeError) as exc:  # unusable input, like malformed input: status 2
+        print(f"batchsched: {args.file}: cannot read it: {getattr(exc, 'strerror', None) or exc}", file=sys.stderr)
+        return 2
     try:
         print(render(text, args.format, args.numa_memory), end="")
     except TopologyError as exc:  # names the line and the problem
