@@ -100,7 +100,8 @@ def main(argv: list[str] | None = None) -> int:
     p_sim.add_argument("--workload", type=Path, metavar="FILE", help="workload file, YAML or CSV")
     p_sim.add_argument("--trace", choices=("alibaba", "philly"), help="replay a public trace instead of a workload")
     p_sim.add_argument("--trace-dir", type=Path, metavar="DIR",
-                       help="where the traces are (default: ../shared/data/traces)")
+                       help="the folder holding alibaba-v2023/ and pollux-workload-via-blox/ "
+                            "(default: $BATCHSCHED_TRACE_DIR, else ./traces; docs/simulator.md, \"Traces\")")
     p_sim.add_argument("--config", type=Path, metavar="FILE",
                        help="batchsched's scheduler config (default: the simulator's, preemption on)")
     p_sim.add_argument("--policies", default="batchsched,spread,binpack,random",
