@@ -67,7 +67,11 @@ def _topo_parse(args: argparse.Namespace) -> int:
     from batchsched.core.topology.model import TopologyError
     from batchsched.core.topology.report import render
 
-    text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
+    try:
+        text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
+    except (OSError, UnicodeDecodeError) as exc:  # unusable input, like malformed input: status 2
+        print(f"batchsched: {args.file}: cannot read it: {getattr(exc, 'strerror', None) or exc}", file=sys.stderr)
+        return 2
     try:
         print(render(text, args.format, args.numa_memory), end="")
     except TopologyError as exc:  # names the line and the problem
@@ -148,7 +152,8 @@ def build_parser() -> argparse.ArgumentParser:
     p_sim.add_argument("--workload", type=Path, metavar="FILE", help="workload file, YAML or CSV")
     p_sim.add_argument("--trace", choices=("alibaba", "philly"), help="replay a public trace instead of a workload")
     p_sim.add_argument("--trace-dir", type=Path, metavar="DIR",
-                       help="where the traces are (default: ../shared/data/traces)")
+                       help="the folder holding alibaba-v2023/ and pollux-workload-via-blox/ "
+                            "(default: $BATCHSCHED_TRACE_DIR, else ./traces; docs/simulator.md, \"Traces\")")
     p_sim.add_argument("--config", type=Path, metavar="FILE",
                        help="batchsched's scheduler config (default: the simulator's, preemption on)")
     p_sim.add_argument("--policies", default="batchsched,spread,binpack,random",

@@ -2,10 +2,11 @@
 
 Every number must be finite (no .inf or .nan) and every duration between 0
 and ``MAX_SECONDS``; a bad file is refused at start with one line naming
-each bad key (``ConfigError``).
+the file, each bad key's path and what it needs (``ConfigError``).
 """
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
 from typing import Literal
 
@@ -111,7 +112,8 @@ def parse_bind_address(text: str) -> tuple[str, int] | None:
         return None
     host, sep, port = text.rpartition(":")
     if not sep or not port.isdigit() or int(port) > 65535:
-        raise ValueError(f"bind address {text!r} is not host:port, :port, \"\" or \"0\"")
+        hint = f'; for port {text} on every interface write ":{text}"' if text.isdigit() else ""
+        raise ValueError(f'bind address {text!r} is not "host:port", ":port", "" or "0" (off){hint}')
     return host.strip("[]") or "0.0.0.0", int(port)
 
 
@@ -127,11 +129,19 @@ class SchedulerConfig(_Strict):
     preemption: PreemptionConfig = Field(default_factory=PreemptionConfig)
     topology: TopologyConfig = Field(default_factory=TopologyConfig)
     status_min_interval_seconds: float = Field(1.0, alias="statusMinIntervalSeconds", ge=0, le=MAX_SECONDS)
-    log_level: str = Field("INFO", alias="logLevel", pattern="^(DEBUG|INFO|WARNING|ERROR)$")
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", alias="logLevel")
     log_format: Literal["text", "json"] = Field("text", alias="logFormat")
     leader_election: LeaderElectionConfig = Field(default_factory=LeaderElectionConfig, alias="leaderElection")
     metrics_bind_address: str = Field(":8080", alias="metricsBindAddress")
     node_pool_label: str = Field("node.kubernetes.io/instance-type", alias="nodePoolLabel", min_length=1)
+
+    @field_validator("metrics_bind_address", mode="before")
+    @classmethod
+    def _port_alone(cls, value: object) -> object:
+        # YAML reads `metricsBindAddress: 8080` as a number: the port, on every interface (0 stays off).
+        if isinstance(value, int) and not isinstance(value, bool):
+            return ":" + str(value) if value else "0"
+        return value
 
     @field_validator("metrics_bind_address")
     @classmethod
@@ -158,8 +168,10 @@ def load_config(path: str | Path | None) -> SchedulerConfig:
         return SchedulerConfig()
     try:
         data = yaml.safe_load(Path(path).read_text()) or {}
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise ConfigError(f"config {path}: " + " ".join(str(exc).split())) from None
+    except OSError as exc:
+        raise ConfigError(f"config {path}: cannot read it: {exc.strerror or exc}") from None
+    except (UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise ConfigError(f"config {path}: not valid YAML: " + " ".join(str(exc).split())) from None
     return validate_config(data, str(path))
 
 
@@ -168,6 +180,39 @@ def validate_config(data: object, source: str = "config") -> SchedulerConfig:
     try:
         return SchedulerConfig.model_validate(data)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(part) for part in err['loc']) or '(top level)'}: {err['msg']}" for err in exc.errors())
+        problems = "; ".join(_problem(err) for err in exc.errors(include_url=False))
         raise ConfigError(f"config {source}: " + " ".join(problems.split())) from None
+
+
+def _problem(err: dict) -> str:
+    """One validation error as "key.path: what is wrong, and what would do"."""
+    loc = err["loc"]
+    where = ".".join(str(part) for part in loc) or "(top level)"
+    if err["type"] == "extra_forbidden":
+        known = _keys_at(loc[:-1])
+        close = difflib.get_close_matches(str(loc[-1]), known, n=1)
+        fix = f"did you mean {close[0]}?" if close else "the keys here are " + ", ".join(known)
+        return f"{where}: unknown key; {fix} (configs/scheduler.yaml documents every key)"
+    if err["type"] == "model_type":
+        return f"{where}: should be a mapping of keys, not {_shown(err['input'])}"
+    if err["type"] == "value_error":
+        return f"{where}: {err['ctx']['error']}"
+    return f"{where}: {err['msg']}, not {_shown(err['input'])}"
+
+
+def _keys_at(loc: tuple) -> list[str]:
+    """The keys the config model accepts at ``loc`` (list indices skipped)."""
+    model: type[BaseModel] = SchedulerConfig
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        field = next((f for name, f in model.model_fields.items() if part in (f.alias, name)), None)
+        if field is None or not (isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel)):
+            return []
+        model = field.annotation
+    return sorted(field.alias or name for name, field in model.model_fields.items())
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."

@@ -2,7 +2,8 @@
 
 Answers the classic GPU-Pending checklist as well: does any node advertise
 the GPU resource at all, is any of it allocatable, did the pods ask for GPUs
-in their limits.  Each report carries the same facts as data (``-o json``)
+in their limits (pods asking none usually misspell the resource name, e.g.
+nvidia.com/gpus).  Each report carries the same facts as data (``-o json``)
 and a one-line verdict (the list view).
 """
 from __future__ import annotations
@@ -99,6 +100,8 @@ def explain_gang(snapshot: Snapshot, gang_key: str) -> Report:
     report.add(f"  nodes advertising {constants.GPU_RESOURCE}: {len(advertising)}/{len(snapshot.nodes)}"
                f" ({allocatable} allocatable, "
                f"{sum(max(0, free[n.name].get(constants.GPU_RESOURCE, 0)) for n in advertising)} free)")
+    if len(gpu_asked) < len(gang.pending):
+        report.add(_no_gpu_asked(gang.pending))
     if gpu_asked and not advertising:
         report.add("  -> no node advertises GPUs: is the NVIDIA device plugin running on the GPU nodes?")
 
@@ -153,6 +156,16 @@ def _topology_reasons(node: NodeInfo, room: GpuRoom | None, request: Mapping[str
         pick = pick_gpus(node, room, request, policy)
         why = pick if isinstance(pick, str) else ""
     return [why] if why else []
+
+
+def _no_gpu_asked(pending: list) -> str:
+    """The hint for pods that ask no GPU: a look-alike resource name if they ask one."""
+    without = [p for p in pending if not p.requests.get(constants.GPU_RESOURCE)]
+    look_alikes = sorted({name for p in without for name in p.requests
+                          if "gpu" in name.lower() and name != constants.GPU_RESOURCE})
+    hint = (f"they ask {', '.join(look_alikes)}: a misspelt resource name?" if look_alikes
+            else "intended? GPUs are asked in resources.limits")
+    return f"  -> {len(without)} pod(s) ask no {constants.GPU_RESOURCE}; {hint}"
 
 
 def _how_many(request: dict[str, int], free: dict[str, int]) -> int:

@@ -1,7 +1,8 @@
 """Every Prometheus metric batchsched exports (docs/metrics.md documents each).
 
 The metrics live in their own registry, not prometheus_client's global one,
-so several schedulers in one process (tests, the demo) never collide.
+so several schedulers in one process (tests, the demo) never collide; the
+standard process_* and python_* collectors are registered on it too.
 Counters and histograms are updated by the shell as things happen; queue
 depth, GPU pools and leadership are read from the scheduler's state when
 ``/metrics`` is scraped, so they cost nothing between scrapes (and the GPU
@@ -12,7 +13,8 @@ from __future__ import annotations
 from typing import Callable, Iterator, Mapping
 
 from prometheus_client import (
-    CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, generate_latest,
+    CollectorRegistry, Counter, Gauge, GCCollector, Histogram, PlatformCollector, ProcessCollector,
+    disable_created_metrics, generate_latest,
 )
 from prometheus_client.core import GaugeMetricFamily, Metric
 
@@ -99,6 +101,10 @@ class Metrics:
             self.multi_gpu_pods_bound.labels(aligned)
         self._live = _LiveState()
         r.register(self._live)
+        # What every Prometheus client exports: memory, CPU, file descriptors, Python version and GC.
+        ProcessCollector(registry=r)
+        PlatformCollector(registry=r)
+        GCCollector(registry=r)
 
     def read_live(self, queue_depth: Callable[[], Mapping[int, int]],
                   gpu_pools: Callable[[], Mapping[str, PoolGpus]]) -> None:

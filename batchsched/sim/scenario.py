@@ -17,7 +17,6 @@ from batchsched.sim.workload import Job, describe_workload, load_workload
 POLICIES = (BATCHSCHED,) + baselines.NAMES
 OCCUPANCY_SAMPLES = 240  # columns of the per-node occupancy chart
 TRACES = ("alibaba", "philly")
-TRACE_DIR = Path("../shared/data/traces")  # from the project root, where ../shared sits
 
 
 @dataclass(frozen=True)
@@ -43,7 +42,7 @@ def build_scenario(cluster: Path | None = None, workload: Path | None = None, tr
                    trace_dir: Path | None = None, config: Path | None = None,
                    seed: int = 1, max_pods: int | None = None) -> Scenario:
     """Files given win; what is not given comes from the trace or the embedded defaults."""
-    trace_dir = trace_dir or TRACE_DIR
+    trace_dir = trace_dir or traces.default_trace_dir()
     scheduler_config = load_config(config) if config else default_config()
     groups = load_cluster(cluster) if cluster else None
     cluster_source = str(cluster) if cluster else "embedded default"

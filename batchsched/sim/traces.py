@@ -1,5 +1,6 @@
 """Public traces as simulator input (docs/simulator.md, "Traces"); the files
-are read where they are (``--trace-dir``), never copied into the project.
+are read where they are (``--trace-dir``, else ``$BATCHSCHED_TRACE_DIR``,
+else ``./traces``), never copied into the project.
 
 ``alibaba``  the Alibaba GPU cluster trace v2023 (alibaba-v2023/): the GPU
              node list becomes the cluster, the default pod list's GPU pods
@@ -13,6 +14,7 @@ are read where they are (``--trace-dir``), never copied into the project.
 from __future__ import annotations
 
 import math
+import os
 import random
 import statistics
 from pathlib import Path
@@ -44,10 +46,19 @@ _PHILLY_MEDIAN, _PHILLY_SIGMA, _PHILLY_RANGE = 7200.0, 0.8, (300.0, 86400.0)
 GPUS_PER_NODE = 8
 
 
+TRACE_DIR_ENV = "BATCHSCHED_TRACE_DIR"
+
+
+def default_trace_dir() -> Path:
+    """$BATCHSCHED_TRACE_DIR, else ./traces: nothing relative to the package, which may be installed anywhere."""
+    return Path(os.environ.get(TRACE_DIR_ENV) or "traces")
+
+
 def trace_file(trace_dir: Path, folder: str, name: str) -> Path:
     path = trace_dir / folder / name
     if not path.is_file():
-        raise InputError(f"{path}: no such file (--trace-dir names the folder holding {folder}/)")
+        raise InputError(f"{path}: no such file; --trace-dir (else ${TRACE_DIR_ENV}, else ./traces) must name "
+                         f"the folder holding {folder}/{name} (docs/simulator.md, \"Traces\", says where to get it)")
     return path
 
 

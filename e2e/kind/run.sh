@@ -43,9 +43,9 @@ kubectl -n batchsched-system get lease batchsched -o jsonpath='leader: {.spec.ho
 
 step "the examples, scheduled by the deployed batchsched (real Job and Deployment controllers)"
 kubectl apply -k e2e/kind/examples
-kubectl -n batchsched-examples wait podgroup/llama-finetune --for=condition=Scheduled --timeout=120s
+kubectl -n batchsched-examples wait podgroup.scheduling.batchsched.io/llama-finetune --for=condition=Scheduled --timeout=120s
 kubectl -n batchsched-examples rollout status deployment/llm-inference --timeout=180s
-kubectl -n batchsched-examples get podgroups,pods -o wide
+kubectl -n batchsched-examples get podgroups.scheduling.batchsched.io,pods -o wide
 kubectl delete -k e2e/kind/examples --wait=false
 
 step "the e2e suite, against kind"

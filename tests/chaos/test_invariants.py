@@ -13,6 +13,7 @@ import pytest
 from tests.chaos import invariants
 from tests.chaos.proxy import Record, call
 from tests.conftest import ROOT
+from tests.support.kube import wait_for
 from tests.support.objects import configmap, pod, pod_group
 
 pytestmark = pytest.mark.e2e
@@ -52,6 +53,8 @@ def test_a_sound_cluster_has_no_violation(env):
     bound_pod(env, "a", node, gpus=4, cpu="2", ids="0,1,2,3")
     bound_pod(env, "b", node, gpus=4, cpu="2", ids="4,5,6,7")
     bound_pod(env, "done", node, gpus=8, ids="0,1,2,3,4,5,6,7")
+    # kwok moves a Pending pod to Running: only once it has can Succeeded not be overwritten
+    wait_for("done running", lambda: env.pods()["done"]["status"].get("phase") == "Running")
     env.kube.merge_patch(f"/api/v1/namespaces/{env.namespace}/pods/done/status",
                          {"status": {"phase": "Succeeded"}})  # holds nothing any more
     assert found(env) == []

@@ -9,7 +9,8 @@ import pytest
 import localcluster
 from batchsched.shell.kube import ApiError, Kube
 from tests.support.kube import wait_for
-from tests.support.objects import pod
+from tests.support.kubectl import run_kubectl
+from tests.support.objects import pod, pod_group
 
 pytestmark = pytest.mark.e2e
 LOCAL_ONLY = pytest.mark.skipif(bool(os.environ.get("KUBECONFIG")),
@@ -204,3 +205,14 @@ def test_a_conflict_after_a_lost_answer_is_settled_by_reading_the_pod_back(env):
     committed, elsewhere = run(scenario())
     assert committed.ok and committed.verified
     assert not elsewhere.ok and elsewhere.verified and f"bound to {other}" in elsewhere.error
+
+
+def test_podgroups_have_names_that_cannot_collide_with_volcanos(env, kubectl):
+    """Volcano's PodGroup is `podgroups`, short name `pg`: ours answers to `bspg` and the full name only."""
+    env.create(pod_group("g", env.namespace, min_member=2))
+    discovery = env.kube.get("/apis/scheduling.batchsched.io/v1alpha1")
+    podgroups = next(r for r in discovery["resources"] if r["name"] == "podgroups")
+    assert podgroups["shortNames"] == ["bspg"]
+    for name in ("bspg", "podgroups.scheduling.batchsched.io"):
+        listed = run_kubectl(kubectl, env.kubeconfig, "get", name, "-n", env.namespace, "-o", "name").stdout
+        assert listed == "podgroup.scheduling.batchsched.io/g\n"

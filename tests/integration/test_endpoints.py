@@ -6,7 +6,7 @@ import json
 import pytest
 
 from tests.support.kube import wait_for
-from tests.support.metrics import documented_metrics, exposed_metrics, sample
+from tests.support.metrics import documented_metrics, exposed_metrics, sample, standard_metrics
 from tests.support.objects import pod, pod_group
 
 pytestmark = pytest.mark.e2e
@@ -30,8 +30,9 @@ def test_probes_metrics_and_json_logs_of_a_scheduling_replica(env, start_schedul
 
     text = wait_for("the gang's e2e latency observed", lambda: (
         t := metrics()) and sample(t, "batchsched_gang_e2e_scheduling_duration_seconds_count") == 1 and t)
-    assert documented_metrics() <= exposed_metrics(text)
+    assert documented_metrics() | standard_metrics() <= exposed_metrics(text)
     assert sample(text, "batchsched_leader") == 1
+    assert sample(text, "process_resident_memory_bytes") > 0  # the scheduler process's own figures
     assert sample(text, "batchsched_scheduling_attempts_total", 'result="scheduled"') == 1
     assert sample(text, "batchsched_bind_duration_seconds_count") == 2
     assert sample(text, "batchsched_bind_errors_total") == 0

@@ -11,6 +11,11 @@ def documented_metrics() -> set[str]:
     return set(re.findall(r"^\| `(batchsched_\w+)` \|", METRICS_DOC.read_text(), re.M))
 
 
+def standard_metrics() -> set[str]:
+    """The process and Python metrics of prometheus_client's standard collectors, as documented."""
+    return set(re.findall(r"^\| `((?:process|python)_\w+)` \|", METRICS_DOC.read_text(), re.M))
+
+
 def exposed_metrics(text: str) -> set[str]:
     return set(re.findall(r"^# TYPE (\S+) ", text, re.M))
 

@@ -18,6 +18,22 @@ def test_report_answers_the_gpu_checklist_and_names_each_node():
     assert "the gang needs 2 placed at once" in text
 
 
+def test_report_names_pods_asking_no_gpu_and_a_misspelt_resource_name():
+    pods = [pod("g-0", gpu=8, group="g"), pod("g-1", group="g", extra_limits={"nvidia.com/gpus": "8"}),
+            pod("g-2", cpu="1", group="g")]
+    text = str(explain_gang(snapshot([node("gpu", gpu=8)], pods, [group("g", min_member=3)]), "default/g"))
+    assert "pods asking nvidia.com/gpu in limits: 1/3" in text
+    assert "-> 2 pod(s) ask no nvidia.com/gpu; they ask nvidia.com/gpus: a misspelt resource name?" in text
+    text = str(explain_gang(snapshot([node("gpu", gpu=8)], [pod("h-0", cpu="1", group="h")],
+                                     [group("h", min_member=1)]), "default/h"))
+    assert "-> 1 pod(s) ask no nvidia.com/gpu; intended? GPUs are asked in resources.limits" in text
+
+
+def test_every_pod_asking_a_gpu_gets_no_hint():
+    snap = snapshot([node("gpu", gpu=8)], gang_pods("g", 2, gpu=4), [group("g", min_member=2)])
+    assert "ask no" not in str(explain_gang(snap, "default/g"))
+
+
 def test_report_flags_missing_device_plugin_and_quorum():
     snap = snapshot([node("cpu")], gang_pods("g", 1, gpu=1), [group("g", min_member=2)])
     text = str(explain_gang(snap, "default/g"))

@@ -234,7 +234,38 @@ def test_batchsched_run_with_a_bad_config_exits_with_one_line_and_no_traceback(t
                           capture_output=True, text=True, timeout=60)
     assert done.returncode != 0
     assert done.stderr == (f"batchsched: config {path}: leaderElection.leaseDurationSeconds: "
-                           "Input should be a finite number\n")
+                           "Input should be a finite number, not inf\n")
+
+
+@pytest.mark.parametrize("data, expected", [
+    ({"queue": {"maxBackofSeconds": 3}}, "queue.maxBackofSeconds: unknown key; did you mean maxBackoffSeconds?"),
+    ({"schedulerNme": "x"}, "schedulerNme: unknown key; did you mean schedulerName?"),
+    ({"preemption": {"victims": {"matchLabel": {}}}},
+     "preemption.victims.matchLabel: unknown key; did you mean matchLabels?"),
+    ({"binding": {"zzz": 1}}, "binding.zzz: unknown key; the keys here are parallelism, "
+                              "partialGangTimeoutSeconds, retries"),
+    ({"queue": 3}, "queue: should be a mapping of keys, not 3"),
+    ({"logLevel": "info"}, "logLevel: Input should be 'DEBUG', 'INFO', 'WARNING' or 'ERROR', not 'info'"),
+    ({"leaderElection": {"leaseDurationSeconds": 1}},
+     "leaderElection: need retryPeriodSeconds < renewDeadlineSeconds < leaseDurationSeconds"),
+    ({"metricsBindAddress": "8080"}, 'for port 8080 on every interface write ":8080"'),
+])
+def test_config_errors_name_the_file_the_key_path_and_the_fix(tmp_path, data, expected):
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    message = str(caught.value)
+    assert message.startswith(f"config {path}: ")
+    assert expected in message
+    assert "pydantic" not in message and "http" not in message and "\n" not in message
+
+
+@pytest.mark.parametrize("text, expected", [("8080", ":8080"), ("0", "0"), ('"127.0.0.1:9090"', "127.0.0.1:9090")])
+def test_a_bare_port_number_is_the_metrics_port_on_every_interface(tmp_path, text, expected):
+    path = tmp_path / "port.yaml"
+    path.write_text(f"metricsBindAddress: {text}\n")
+    assert load_config(path).metrics_bind_address == expected
 
 
 def test_readiness_names_a_watch_that_is_out_of_step():

@@ -14,13 +14,18 @@ from batchsched.core.gpu_pools import PoolGpus
 from batchsched.core.queueing.queue import GangQueue
 from batchsched.shell.logs import JsonFormatter, TextFormatter, decision
 from batchsched.shell.metrics import Metrics
-from tests.support.metrics import documented_metrics, exposed_metrics
+from tests.support.metrics import documented_metrics, exposed_metrics, standard_metrics
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_every_exported_metric_is_documented_and_every_documented_one_exported():
-    assert exposed_metrics(Metrics().exposition().decode()) == documented_metrics()
+    assert exposed_metrics(Metrics().exposition().decode()) == documented_metrics() | standard_metrics()
+
+
+def test_the_standard_process_and_python_metrics_are_exported():
+    assert {"process_resident_memory_bytes", "process_cpu_seconds_total", "process_open_fds", "python_info",
+            "python_gc_collections_total"} <= standard_metrics() <= exposed_metrics(Metrics().exposition().decode())
 
 
 def test_queue_depth_and_gpu_pools_are_read_at_scrape_time():

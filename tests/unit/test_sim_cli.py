@@ -53,3 +53,36 @@ def test_bad_input_is_one_line_and_status_1(tmp_path, capsys):
     assert capsys.readouterr().err.strip().endswith("w.csv: line 2: duration: must be at least 0, got '-5'")
     assert main(["simulate", "--policies", "fifo"]) == 1
     assert "unknown policy 'fifo'" in capsys.readouterr().err
+
+
+PHILLY_MIX = "name,time,application,num_replicas,batch_size\ncifar10-0,53,cifar10,6,2048\nbert-1,90,bert,16,64\n"
+
+
+def write_philly_mix(trace_dir):
+    folder = trace_dir / "pollux-workload-via-blox"
+    folder.mkdir(parents=True)
+    (folder / "workload-6.csv").write_text(PHILLY_MIX)
+
+
+@pytest.mark.parametrize("where", ["environment", "working directory"])
+def test_traces_are_found_through_the_environment_else_in_traces_here(tmp_path, monkeypatch, capsys, where):
+    monkeypatch.chdir(tmp_path)
+    if where == "environment":
+        monkeypatch.setenv("BATCHSCHED_TRACE_DIR", str(tmp_path / "elsewhere"))
+        write_philly_mix(tmp_path / "elsewhere")
+    else:
+        monkeypatch.delenv("BATCHSCHED_TRACE_DIR", raising=False)
+        write_philly_mix(tmp_path / "traces")
+    (tmp_path / "c.yaml").write_text(SMALL_CLUSTER)
+    assert main(["simulate", "--trace", "philly", "--cluster", str(tmp_path / "c.yaml"),
+                 "--policies", "batchsched"]) == 0
+    assert "workload: Philly-derived" in capsys.readouterr().out
+
+
+def test_missing_traces_name_the_file_and_where_it_is_looked_for(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("BATCHSCHED_TRACE_DIR", raising=False)
+    assert main(["simulate", "--trace", "philly"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("batchsched: traces/pollux-workload-via-blox/workload-6.csv: no such file; ")
+    assert "$BATCHSCHED_TRACE_DIR" in err and err.count("\n") == 1

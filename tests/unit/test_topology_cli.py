@@ -2,13 +2,15 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 from batchsched.api import constants
 from batchsched.cli import main
 from batchsched.core.topology.annotation import from_annotation, to_annotation
 from batchsched.shell.cache import ClusterCache
 from tests.unit.cache_support import relist
-from tests.unit.topology_support import FIXTURES, fixture
+from tests.unit.topology_support import FIXTURES, ROOT, fixture
 
 DGX1 = str(FIXTURES / "dgx1-hybrid-cube-mesh-8gpu.txt")
 
@@ -43,6 +45,15 @@ def test_malformed_input_exits_2_with_one_line_naming_the_line(capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1
     assert err.startswith(f"batchsched: {FIXTURES / 'malformed-asymmetric.txt'}: line 4: the link GPU2-GPU0")
+
+
+def test_a_missing_file_exits_2_with_one_line(tmp_path):
+    missing = tmp_path / "capture.txt"
+    done = subprocess.run([sys.executable, "-m", "batchsched", "topo", "parse", str(missing)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert done.stderr == f"batchsched: {missing}: cannot read it: No such file or directory\n"
+    assert done.stdout == ""
 
 
 def test_bad_numa_memory_is_refused(capsys):
