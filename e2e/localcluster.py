@@ -175,6 +175,8 @@ def build_binaries(build: GoBuild) -> Path:
     (src / "go.sum").touch()
     out.mkdir(parents=True, exist_ok=True)
     for name, pkg in build.packages.items():
+        if (out / name).is_file():  # a component added later builds alone
+            continue
         log(f"building {name} from {pkg}@{build.version}")
         tmp = out / f".{name}.tmp"
         subprocess.run(
@@ -200,6 +202,7 @@ def component_builds() -> dict[str, GoBuild]:
             "k8s.io/kubernetes", kver,
             {"kube-apiserver": "k8s.io/kubernetes/cmd/kube-apiserver",
              "kube-scheduler": "k8s.io/kubernetes/cmd/kube-scheduler",
+             "kube-controller-manager": "k8s.io/kubernetes/cmd/kube-controller-manager",
              "kubectl": "k8s.io/kubernetes/cmd/kubectl"},
             ldflags=f"-s -w {stamp}",
         ),
