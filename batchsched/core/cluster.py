@@ -8,6 +8,8 @@ plain maps it keeps what a cycle would otherwise recompute from every pod:
 * per node: the pods bound there, and, derived lazily and kept until the
   node or one of those pods changes, its free resources and GPU room;
 * per gang: its pods, and which gangs have pending members of ours;
+* per namespace: the gang label values its pods carry (for naming a
+  likely typo when a PodGroup finds no pods);
 * the pods terminating while they hold room, and our pending pods
   nominated to a node (preemption's holds);
 * the sum of every node's allocatable;
@@ -44,6 +46,7 @@ class ClusterState:
         self._derived: dict[str, tuple[int, Resources, GpuRoom | None]] = {}  # stamp, free, room
         self._by_gang: dict[str, dict[str, None]] = {}  # gang key -> uids (every scheduler's)
         self._gang_stamp: dict[str, int] = {}
+        self._group_names: dict[str, dict[str, int]] = {}  # namespace -> gang label value -> pods (every scheduler's)
         self._pending: dict[str, int] = {}  # gang key -> our pending pods in it
         self._holding: dict[str, int] = {}  # gang key -> our pods in it holding room on a node
         self._terminating: set[str] = set()  # uids: bound, holding room, terminating
@@ -149,6 +152,10 @@ class ClusterState:
         """Changes whenever a pod of the gang does; 0 for a gang with no pods."""
         return self._gang_stamp.get(gang_key, 0)
 
+    def group_names(self, namespace: str) -> Collection[str]:
+        """The gang label values that pods of ``namespace`` carry (any scheduler's)."""
+        return self._group_names.get(namespace, {}).keys()
+
     def pending_gang_keys(self) -> Collection[str]:
         """Gangs with pods of ours that are unbound, not terminal, not
         terminating and not gated."""
@@ -213,6 +220,11 @@ class ClusterState:
                 self._gang_stamp[key] = self._tick()
             else:
                 del self._by_gang[key], self._gang_stamp[key]
+        if pod.group:
+            names = self._group_names.setdefault(pod.namespace, {})
+            _count(names, pod.group, sign)
+            if not names:
+                del self._group_names[pod.namespace]
         ours = pod.scheduler_name == self.scheduler_name
         unbound_live = not pod.node_name and not pod.terminal
         if ours and unbound_live and not pod.terminating and not pod.gated:

@@ -21,7 +21,7 @@ from batchsched.api.constants import GPU_RESOURCE
 from batchsched.core import resources as res
 from batchsched.core.cluster import ClusterState
 from batchsched.core.config import CoreConfig
-from batchsched.core.gangs import Gang, GangIndex
+from batchsched.core.gangs import Gang, GangIndex, foreign_note, members_selector
 from batchsched.core.model import PodInfo
 from batchsched.core.placement.capacity import CapacityIndex, NodeEntry, cluster_capacity, kept_index
 from batchsched.core.placement.gang import GangPlan, PlanFailure, plan_gang
@@ -104,10 +104,11 @@ def schedule_cycle(snapshot: Snapshot, queue: GangQueue, config: CoreConfig = Co
         if gang.problem is not None:
             plan.verdicts[gang.key] = Verdict(False, gang.problem.reason, gang.problem.message)
         elif not gang.eligible and gang.key in queue.started_over:
-            plan.verdicts[gang.key] = Verdict(False, REASON_PARTIAL_TIMEOUT, (
-                f"{queue.started_over[gang.key]} Waiting for its pods: {_quorum_message(gang)}."))
+            plan.verdicts[gang.key] = Verdict(False, REASON_PARTIAL_TIMEOUT, (f"{queue.started_over[gang.key]} "
+                f"Waiting for its pods: {_quorum_message(gang, snapshot.scheduler_name)}."))
         elif not gang.eligible:
-            plan.verdicts[gang.key] = Verdict(False, REASON_QUORUM_NOT_REACHED, _quorum_message(gang))
+            plan.verdicts[gang.key] = Verdict(False, REASON_QUORUM_NOT_REACHED,
+                                             _quorum_message(gang, snapshot.scheduler_name))
         else:
             waiting.append(gang)
     queue.sync(waiting, now)
@@ -383,10 +384,16 @@ def _beyond_cluster(min_resources: Mapping[str, int], capacity: Mapping[str, int
         for name in sorted(res.fits(min_resources, capacity)))
 
 
-def _quorum_message(gang: Gang) -> str:
+def _quorum_message(gang: Gang, scheduler_name: str) -> str:
+    """How many members exist against minMember, what makes a pod one, and
+    the pods that carry the label but name another scheduler."""
     message = f"{gang.active}/{gang.min_member} members exist"
+    if not gang.implicit:
+        message += f" ({members_selector(gang.spec.namespace, gang.spec.name, scheduler_name)})"
     if gang.gated:
-        message += f" ({gang.gated} more held by scheduling gates)"
+        message += f"; {gang.gated} more held by scheduling gates"
+    if gang.foreign:
+        message += f"; {foreign_note(gang.foreign, scheduler_name)}"
     return message
 
 

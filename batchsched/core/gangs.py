@@ -2,18 +2,31 @@
 
 A gang is every pod of ours (``schedulerName`` is this scheduler) that
 shares a ``PodInfo.gang_key``: the pods of one PodGroup, or a lone pod with
-no group label, which forms an implicit gang of one.
+no group label, which forms an implicit gang of one.  Pods that carry a
+PodGroup's label but name another scheduler are not members: this
+scheduler never places them and they never count toward minMember; they
+are named in the gang's messages so the mistake shows (docs/podgroup.md).
 """
 from __future__ import annotations
 
+import difflib
+import itertools
 from dataclasses import dataclass
-from typing import Hashable, Iterator, Mapping
+from typing import Hashable, Iterator, Mapping, Sequence
 
+from batchsched.api.constants import POD_GROUP_LABEL
+from batchsched.core.cluster import ClusterState
 from batchsched.core.model import GroupSpec, PodInfo
 from batchsched.core.snapshot import Snapshot
+from batchsched.core.text import clip
 
 REASON_GROUP_NOT_FOUND = "PodGroupNotFound"
 REASON_INVALID_GROUP = "InvalidPodGroup"
+MAX_NAMED_PODS = 5  # foreign pods named per scheduler; the rest are counted
+MAX_NAMED_SCHEDULERS = 3
+# Label values of a namespace compared with a PodGroup's name when it finds
+# no pods (a tenant may label pods with any number of values).
+MAX_LABEL_VALUES_COMPARED = 1000
 
 
 @dataclass(frozen=True)
@@ -35,6 +48,7 @@ class Gang:
     pending: tuple[PodInfo, ...]  # unbound, not terminal, not terminating, not gated
     bound_active: tuple[PodInfo, ...]  # bound, not terminal, not terminating
     gated: int = 0  # unbound members held back by scheduling gates
+    foreign: tuple[PodInfo, ...] = ()  # see foreign_members
     problem: GangProblem | None = None
     implicit: bool = False  # spec is a stand-in, not a PodGroup
 
@@ -92,7 +106,7 @@ class GangIndex(Mapping[str, Gang]):
         if not members:
             self._built.pop(key, None)
             raise KeyError(key)
-        gang = _gang(key, members, snapshot)
+        gang = _gang(key, members, snapshot, foreign_members(cluster, key))
         self._built[key] = (stamp, group, invalid, gang)
         return gang
 
@@ -130,7 +144,52 @@ def effective_priority(spec: GroupSpec, members: list[PodInfo]) -> int:
     return admitted if spec.priority is None else min(spec.priority, admitted)
 
 
-def _gang(key: str, members: list[PodInfo], snapshot: Snapshot) -> Gang:
+def foreign_members(cluster: ClusterState, key: str) -> tuple[PodInfo, ...]:
+    """The live pods that carry the gang's PodGroup label but name another
+    scheduler (a forgotten ``schedulerName``), in the order they came."""
+    pods = (cluster.pods[uid] for uid in cluster.gang_uids(key))
+    return tuple(p for p in pods if p.group and p.scheduler_name != cluster.scheduler_name and not p.terminal)
+
+
+def members_selector(namespace: str, group: str, scheduler_name: str) -> str:
+    """What makes a pod a member of the PodGroup, in words."""
+    return f"pods with label {POD_GROUP_LABEL}={group} and schedulerName {scheduler_name} in {namespace}"
+
+
+def foreign_note(foreign: Sequence[PodInfo], scheduler_name: str) -> str:
+    """Names ``foreign`` pods (foreign_members) by the scheduler they name,
+    and where the bound ones are, and says what to change."""
+    by_scheduler: dict[str, list[PodInfo]] = {}
+    for pod in foreign:
+        by_scheduler.setdefault(pod.scheduler_name, []).append(pod)
+    parts = []
+    for name, pods in sorted(by_scheduler.items())[:MAX_NAMED_SCHEDULERS]:
+        named = ", ".join(f"{p.name} (bound to {p.node_name})" if p.node_name else p.name
+                          for p in pods[:MAX_NAMED_PODS])
+        more = f" and {len(pods) - MAX_NAMED_PODS} more" if len(pods) > MAX_NAMED_PODS else ""
+        parts.append(f"{len(pods)} pod(s) carry the gang label but schedulerName {clip(name, 80)}: {named}{more}")
+    if len(by_scheduler) > MAX_NAMED_SCHEDULERS:
+        parts.append(f"pods naming {len(by_scheduler) - MAX_NAMED_SCHEDULERS} more scheduler(s)")
+    return (f"{'; '.join(parts)}; they do not count toward minMember (set schedulerName: {scheduler_name})")
+
+
+def no_members_message(cluster: ClusterState, namespace: str, group: str, min_member: int) -> str:
+    """QuorumNotReached's message for a PodGroup with no pod of ours: the
+    label and scheduler looked for, then the pods that name another
+    scheduler, else label values close to the PodGroup's name (a typo)."""
+    message = f"0/{min_member} members exist: no {members_selector(namespace, group, cluster.scheduler_name)}"
+    foreign = foreign_members(cluster, f"{namespace}/{group}")
+    if foreign:
+        return f"{message}; {foreign_note(foreign, cluster.scheduler_name)}."
+    others = itertools.islice((v for v in cluster.group_names(namespace) if v != group), MAX_LABEL_VALUES_COMPARED)
+    similar = difflib.get_close_matches(group, others, n=3, cutoff=0.7)
+    if similar:
+        values = ", ".join(clip(v, 80) for v in sorted(similar))
+        message += f"; pods in {namespace} carry {POD_GROUP_LABEL}={values} (a typo?)"
+    return message + "."
+
+
+def _gang(key: str, members: list[PodInfo], snapshot: Snapshot, foreign: tuple[PodInfo, ...] = ()) -> Gang:
     members.sort(key=lambda p: (p.created, p.name, p.uid))
     first = members[0]
     spec, problem = None, None
@@ -154,6 +213,7 @@ def _gang(key: str, members: list[PodInfo], snapshot: Snapshot) -> Gang:
         pending=tuple(p for p in unbound if not p.gated),
         bound_active=tuple(p for p in members if p.holds_resources and not p.terminating),
         gated=sum(1 for p in unbound if p.gated),
+        foreign=foreign,
         problem=problem,
         implicit=implicit,
     )

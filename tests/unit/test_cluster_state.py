@@ -80,6 +80,8 @@ def test_indexes_match_a_scan_of_every_pod_after_random_changes():
             p.gang_key for p in ours if not p.node_name and not p.terminal and not p.terminating and not p.gated}
         assert list(state.nominated_pods()) == [
             p for p in ours if p.nominated_node and not p.node_name and not p.terminal]
+        assert set(state.group_names("default")) == {p.group for p in state.pods.values() if p.group}
+        assert not state.group_names("elsewhere")
         assert list(state.terminating_pods()) == [
             p for p in state.pods.values() if p.node_name and p.holds_resources and p.terminating]
         assert state.total_allocatable == {

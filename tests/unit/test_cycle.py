@@ -63,7 +63,9 @@ def test_a_group_without_quorum_never_binds_while_plain_pods_do():
     plan = schedule_cycle(snap, queue, CONFIG)
     assert bound_names(plan) == {"plain": "n"}
     verdict = plan.verdicts["default/q"]
-    assert (verdict.reason, verdict.message) == ("QuorumNotReached", "3/4 members exist")
+    assert (verdict.reason, verdict.message) == ("QuorumNotReached", "3/4 members exist (pods with label "
+                                                 "scheduling.batchsched.io/pod-group=q and schedulerName batchsched "
+                                                 "in default)")
     for step in range(1, 5):
         snap = later(bind(snap, plan), 10, pod(f"plain-{step}", cpu=1, created=10 * step))
         plan = schedule_cycle(snap, queue, CONFIG)
@@ -75,7 +77,22 @@ def test_gated_members_do_not_count_toward_quorum():
     snap = snapshot([node("n")], gang_pods("q", 1) + [pod("q-gated", group="q", gated=True)],
                     [group("q", min_member=2)])
     plan = schedule_cycle(snap, new_queue(), CONFIG)
-    assert plan.verdicts["default/q"].message == "1/2 members exist (1 more held by scheduling gates)"
+    assert plan.verdicts["default/q"].message.startswith("1/2 members exist (pods with label")
+    assert plan.verdicts["default/q"].message.endswith("in default); 1 more held by scheduling gates")
+
+
+def test_members_of_another_scheduler_are_named_and_never_count_toward_quorum():
+    # The issue-17 trial: one member forgot schedulerName and default-scheduler bound it.
+    taken = pod("w-2", group="w", scheduler="default-scheduler", node_name="n", phase="Running")
+    waiting = pod("w-3", group="w", scheduler="default-scheduler")
+    snap = snapshot([node("n")], gang_pods("w", 2) + [taken, waiting], [group("w", min_member=3)])
+    plan = schedule_cycle(snap, new_queue(), CONFIG)
+    verdict = plan.verdicts["default/w"]
+    assert plan.bindings == [] and verdict.reason == "QuorumNotReached"
+    assert verdict.message == (
+        "2/3 members exist (pods with label scheduling.batchsched.io/pod-group=w and schedulerName batchsched "
+        "in default); 2 pod(s) carry the gang label but schedulerName default-scheduler: w-2 (bound to n), w-3; "
+        "they do not count toward minMember (set schedulerName: batchsched)")
 
 
 def test_a_hopeless_gang_starves_no_one_even_after_the_reservation_delay():
@@ -118,7 +135,7 @@ def test_a_succeeded_member_does_not_count_toward_quorum():
     done = pod("g-0", group="g", node_name="n", phase="Succeeded")
     snap = snapshot([node("n")], [done, pod("g-1", group="g")], [group("g", min_member=2)])
     plan = schedule_cycle(snap, queue, CONFIG)
-    assert plan.bindings == [] and plan.verdicts["default/g"].message == "1/2 members exist"
+    assert plan.bindings == [] and plan.verdicts["default/g"].message.startswith("1/2 members exist (")
     plan = schedule_cycle(later(snap, 1, pod("g-2", group="g")), queue, CONFIG)
     assert sorted(bound_names(plan)) == ["g-1", "g-2"]
 

@@ -1,4 +1,4 @@
-from batchsched.core.gangs import REASON_GROUP_NOT_FOUND, REASON_INVALID_GROUP, build_gangs
+from batchsched.core.gangs import REASON_GROUP_NOT_FOUND, REASON_INVALID_GROUP, build_gangs, no_members_message
 from tests.unit.helpers import gang_pods, group, node, pod, snapshot
 
 NODES = [node("n")]
@@ -15,6 +15,37 @@ def test_a_group_collects_its_pods_and_a_lone_pod_is_a_gang_of_one():
 def test_only_our_pods_make_gangs():
     pods = [pod("theirs", scheduler="default-scheduler"), pod("ours-elsewhere", group="g", scheduler="other")]
     assert build_gangs(snapshot(NODES, pods)) == {}
+
+
+def test_pods_of_another_scheduler_with_the_label_are_foreign_not_members():
+    pods = gang_pods("g", 1) + [pod("taken", group="g", scheduler="default-scheduler", node_name="n"),
+                                pod("done", group="g", scheduler="default-scheduler", phase="Succeeded"),
+                                pod("other-gang", group="h", scheduler="default-scheduler")]
+    g = build_gangs(snapshot(NODES, pods, [group("g", min_member=2)]))["default/g"]
+    assert [p.name for p in g.members] == ["g-0"] and g.active == 1
+    assert [p.name for p in g.foreign] == ["taken"]  # a finished pod is history, not a mistake to fix
+
+
+SELECTOR = "pods with label scheduling.batchsched.io/pod-group=train and schedulerName batchsched in default"
+
+
+def test_a_group_without_pods_says_what_it_looked_for_and_which_label_values_are_close():
+    alone = snapshot(NODES, [pod("x", group="unrelated")]).cluster
+    assert no_members_message(alone, "default", "train", 4) == f"0/4 members exist: no {SELECTOR}."
+    typo = snapshot(NODES, [pod("t-0", group="trian"), pod("t-1", group="trian"), pod("t-2", group="Train"),
+                            pod("u", group="unrelated"), pod("elsewhere", ns="b", group="train-1")]).cluster
+    assert no_members_message(typo, "default", "train", 4) == (
+        f"0/4 members exist: no {SELECTOR}; pods in default carry scheduling.batchsched.io/pod-group=Train, "
+        "trian (a typo?).")
+
+
+def test_a_group_whose_pods_name_another_scheduler_names_them():
+    pods = [pod(f"w-{i}", group="train", scheduler="default-scheduler", node_name="n" if i < 2 else None)
+            for i in range(8)] + [pod("v", group="train", scheduler="volcano")]
+    assert no_members_message(snapshot(NODES, pods).cluster, "default", "train", 3) == (
+        f"0/3 members exist: no {SELECTOR}; 8 pod(s) carry the gang label but schedulerName default-scheduler: "
+        "w-0 (bound to n), w-1 (bound to n), w-2, w-3, w-4 and 3 more; 1 pod(s) carry the gang label but "
+        "schedulerName volcano: v; they do not count toward minMember (set schedulerName: batchsched).")
 
 
 def test_member_states():
