@@ -69,6 +69,8 @@ class PodGroupStatus(_Model):
     running: int = 0
     succeeded: int = 0
     failed: int = 0
+    pending: int = 0  # members not bound yet (gated ones included)
+    priority: int | None = None  # what the gang queues and preempts at; unset while it has no members
     schedule_start_time: str | None = Field(None, alias="scheduleStartTime")
     conditions: list[Condition] = Field(default_factory=list)
 

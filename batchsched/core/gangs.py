@@ -22,6 +22,8 @@ from batchsched.core.text import clip
 
 REASON_GROUP_NOT_FOUND = "PodGroupNotFound"
 REASON_INVALID_GROUP = "InvalidPodGroup"
+# Warning Event on a PodGroup and on each pod that carries its label but names another scheduler.
+REASON_FOREIGN_MEMBERS = "ForeignSchedulerMembers"
 MAX_NAMED_PODS = 5  # foreign pods named per scheduler; the rest are counted
 MAX_NAMED_SCHEDULERS = 3
 # Label values of a namespace compared with a PodGroup's name when it finds
@@ -171,6 +173,13 @@ def foreign_note(foreign: Sequence[PodInfo], scheduler_name: str) -> str:
     if len(by_scheduler) > MAX_NAMED_SCHEDULERS:
         parts.append(f"pods naming {len(by_scheduler) - MAX_NAMED_SCHEDULERS} more scheduler(s)")
     return (f"{'; '.join(parts)}; they do not count toward minMember (set schedulerName: {scheduler_name})")
+
+
+def foreign_pod_message(pod: PodInfo, scheduler_name: str) -> str:
+    """The Event on a pod foreign_members names."""
+    return (f"Pod carries label {POD_GROUP_LABEL}={pod.group}, a gang scheduled by {scheduler_name}, but "
+            f"schedulerName {clip(pod.scheduler_name, 80)}: it is not placed with its gang and does not count "
+            f"toward its minMember; create it with schedulerName: {scheduler_name}.")
 
 
 def no_members_message(cluster: ClusterState, namespace: str, group: str, min_member: int) -> str:

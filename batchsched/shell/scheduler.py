@@ -12,7 +12,11 @@ from typing import Callable
 from batchsched.api.podgroup import Condition, PodGroupStatus
 from batchsched.config import SchedulerConfig
 from batchsched.core.cycle import (
-    REASON_SCHEDULE_TIMEOUT, REASON_UNSCHEDULABLE, CyclePlan, Verdict, schedule_cycle,
+    REASON_QUORUM_NOT_REACHED, REASON_SCHEDULE_TIMEOUT, REASON_UNSCHEDULABLE, CyclePlan, Verdict, schedule_cycle,
+)
+from batchsched.core.gangs import (
+    REASON_FOREIGN_MEMBERS, effective_priority, foreign_members, foreign_note, foreign_pod_message,
+    no_members_message,
 )
 from batchsched.core.gpu_pools import GpuPoolTally
 from batchsched.core.model import PodInfo, parse_time
@@ -308,6 +312,7 @@ class Scheduler:
             obj = self.cache.groups_raw.get(key)
             if obj is not None:
                 self._write_status(key, obj, self.cache.members(key))
+                self._report_foreign_members(key, obj)
 
     def _pods_decided(self, keys: set[str], plan: CyclePlan) -> dict[str, list[str]]:
         """The pods each gang's verdict is about: those placed now, else those pending."""
@@ -327,26 +332,48 @@ class Scheduler:
                 self.events.emit(pod_ref(pod.namespace, pod.name, pod.uid), "Warning", "FailedScheduling",
                                  verdict.message)
 
+    def _report_foreign_members(self, key: str, obj: dict) -> None:
+        """Pods with the gang's label that name another scheduler: a Warning
+        on the PodGroup and on each of them (docs/podgroup.md)."""
+        foreign = foreign_members(self.cache.state, key)
+        if not foreign:
+            return
+        name = self.config.scheduler_name
+        self.events.emit(group_ref(obj), "Warning", REASON_FOREIGN_MEMBERS, foreign_note(foreign, name) + ".")
+        for pod in foreign:
+            self.events.emit(pod_ref(pod.namespace, pod.name, pod.uid), "Warning", REASON_FOREIGN_MEMBERS,
+                             foreign_pod_message(pod, name))
+
     def _write_status(self, key: str, obj: dict, members: list[PodInfo]) -> None:
         counters = count_members(members)
         min_member = (obj.get("spec") or {}).get("minMember", 1)
-        verdict = self.verdicts.get(key)
+        min_member = min_member if isinstance(min_member, int) else 1
+        verdict = self.verdicts.get(key) if members else None  # one left from pods now gone says nothing
         timed_out = verdict is not None and verdict.reason == REASON_SCHEDULE_TIMEOUT
-        phase = phase_of(counters, min_member if isinstance(min_member, int) else 1, timed_out)
+        phase = phase_of(counters, min_member, timed_out)
         if key in self.cache.invalid_groups:
             reason, message = "InvalidPodGroup", self.cache.invalid_groups[key]
+        elif not members:
+            namespace, _, name = key.partition("/")
+            reason, message = REASON_QUORUM_NOT_REACHED, no_members_message(self.cache.state, namespace, name,
+                                                                            min_member)
         elif verdict is not None:
             reason, message = verdict.reason, verdict.message
         else:
             reason, message = "", ""
         if phase != "Pending" or counters.bound:
             self.start_times.setdefault(key, now_rfc3339())
+        spec = self.cache.groups.get(key)
         status = PodGroupStatus(
             phase=phase, observed_generation=obj["metadata"].get("generation", 0),
             bound=counters.bound, running=counters.running, succeeded=counters.succeeded, failed=counters.failed,
+            pending=counters.pending, priority=effective_priority(spec, members) if spec and members else None,
             conditions=[Condition.model_validate(c) for c in conditions_for(phase, reason, message)],
             schedule_start_time=self.start_times.get(key))
-        self.status.update(key, status.to_json())
+        written = status.to_json()
+        if status.priority is None and "priority" in (self.status.last_written(key) or {}):
+            written["priority"] = None  # a merge patch removes a field only when told so
+        self.status.update(key, written)
 
     def _bad_object(self, kind: str, obj: dict, why: str) -> None:
         """Found while syncing, maybe as a standby that may not write yet:

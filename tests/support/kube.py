@@ -29,8 +29,9 @@ class TestKube:
         self.api = client.ApiClient(configuration)
 
     def request(self, method: str, path: str, body: Any = None, query: Mapping[str, Any] | None = None,
-                content_type: str | None = None, ok_missing: bool = False) -> dict:
-        headers = {"Accept": "application/json"}
+                content_type: str | None = None, ok_missing: bool = False,
+                accept: str = "application/json") -> dict:
+        headers = {"Accept": accept}
         if content_type:
             headers["Content-Type"] = content_type
         params = self.api.param_serialize(method=method, resource_path=path,

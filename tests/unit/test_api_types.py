@@ -18,6 +18,16 @@ def test_spec_and_status_fields_are_the_crds():
     assert status_fields == set(SCHEMA["status"]["properties"])
 
 
+def test_printer_columns_read_fields_of_the_schema():
+    columns = CRD["spec"]["versions"][0]["additionalPrinterColumns"]
+    assert [c["name"] for c in columns if not c.get("priority")] == [
+        "Phase", "MinMember", "Bound", "Running", "Pending", "Priority", "Reason", "Age"]
+    for column in columns:
+        top, field = column["jsonPath"].split(".")[1:3]
+        field = field.split("[")[0]
+        assert top == "metadata" or field in SCHEMA[top]["properties"], column
+
+
 def test_json_uses_the_api_names_and_leaves_unset_fields_out():
     pg = PodGroup(metadata=ObjectMeta(name="g", namespace="ns"),
                   spec=PodGroupSpec(min_member=4, schedule_timeout_seconds=60))
