@@ -147,7 +147,7 @@ def effective_priority(spec: GroupSpec, members: list[PodInfo]) -> int:
 
 
 def foreign_members(cluster: ClusterState, key: str) -> tuple[PodInfo, ...]:
-    """The live pods that carry the gang's PodGroup label but name another
+    """The unfinished pods that carry the gang's PodGroup label but name another
     scheduler (a forgotten ``schedulerName``), in the order they came."""
     pods = (cluster.pods[uid] for uid in cluster.gang_uids(key))
     return tuple(p for p in pods if p.group and p.scheduler_name != cluster.scheduler_name and not p.terminal)
@@ -198,7 +198,7 @@ def no_members_message(cluster: ClusterState, namespace: str, group: str, min_me
     return message + "."
 
 
-def _gang(key: str, members: list[PodInfo], snapshot: Snapshot, foreign: tuple[PodInfo, ...] = ()) -> Gang:
+def _gang(key: str, members: list[PodInfo], snapshot: Snapshot, foreign: tuple[PodInfo, ...]) -> Gang:
     members.sort(key=lambda p: (p.created, p.name, p.uid))
     first = members[0]
     spec, problem = None, None
