@@ -70,6 +70,12 @@ def test_get_podgroups_shows_phase_counts_priority_and_reason_of_waiting_and_bou
                                f"carry {LABEL}=trian (a typo?)."
     assert members_bound(env, "short-") == []
 
+    # Its pods gone, a gang's old verdict and priority no longer stand.
+    for i in range(2):
+        env.kube.delete(f"/api/v1/namespaces/{env.namespace}/pods/short-{i}", gracePeriodSeconds=0)
+    wait_for("short without members", lambda: (short := table(env)[1]["short"])["Priority"] is None
+             and short["Message"] == f"0/3 members exist: no {selector(env, 'short')}." and short["Pending"] == 0)
+
 
 @pytest.mark.skipif(bool(os.environ.get("KUBECONFIG")) and not os.environ.get("BATCHSCHED_E2E_KUBE_SCHEDULER"),
                     reason="needs the harness's kube-scheduler")
