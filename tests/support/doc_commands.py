@@ -1,28 +1,9 @@
 """The shell commands the docs quote, and running them as a reader would.
 
-The rule (docs/testing.md, "The docs check"):
-
-* Fenced blocks labelled ``sh``, ``bash``, ``shell`` or ``console`` hold
-  commands; every other block (unlabelled, yaml, json, python, ...) is
-  output or data and is never run. An unlabelled block with a ``$ `` prompt
-  line is reported: label it ``console``.
-* In ``sh``/``bash``/``shell`` every line that is not blank or a comment
-  starts a command; in ``console`` only ``$ `` lines do, the rest is output.
-  A ``$ `` prompt is dropped. A command goes on over lines that end with
-  ``\\``, ``|``, ``&&`` or ``||``, and over a heredoc's body.
-* HTML comments right above the fence change how the block runs, one
-  directive each, optionally narrowed to the commands starting with a
-  backquoted prefix:
-
-      <!-- docs-check: skip (reason) -->               the whole block is not run here
-      <!-- docs-check: skip `docker build` (reason) -->  those commands are not run
-      <!-- docs-check: background `kubectl get` -->     long-running: started in the
-                                                         background, must still run at the
-                                                         end of the file, then stopped
-      <!-- docs-check: exit 1 `batchsched explain` -->  the exit status the doc promises
-
-  A skip without a reason, a prefix matching no command, an unknown
-  directive or a directive above a block that holds no commands is a problem.
+The rule and the markers are in docs/testing.md, "The docs check": commands
+are in ```sh, bash, shell and console blocks (in console, the ``$ `` lines);
+HTML comments right above a fence mark what cannot run here (``skip``, with a
+reason), what runs in the background, and a promised exit status.
 """
 from __future__ import annotations
 
@@ -40,7 +21,7 @@ FENCE = re.compile(r"^(\s*)(`{3,}|~{3,})\s*([\w+-]*)")
 MARKER = re.compile(r"^\s*<!--\s*docs-check:\s*(.*?)\s*-->\s*$")
 DIRECTIVE = re.compile(r"^(?P<kind>skip|background|exit\s+(?P<code>\d+))"
                        r"(?:\s+`(?P<prefix>[^`]+)`)?(?:\s+\((?P<reason>.*)\))?$")
-HEREDOC = re.compile(r"<<-?\s*(['\"]?)(\w+)\1")
+HEREDOC = re.compile(r"(?<!<)<<-?(?!<)\s*(['\"]?)(\w+)\1")  # not a <<< here-string
 CONTINUATIONS = ("\\", "|", "&&", "||")
 PROMPT = "$ "
 

@@ -62,6 +62,8 @@ def test_continuations_heredocs_and_prompts():
         ```sh
         $ echo one &&
           echo two
+        tr a b <<< "abc"
+        echo three
         ```
         """)
     assert doc.problems == []
@@ -69,6 +71,8 @@ def test_continuations_heredocs_and_prompts():
         (4, "kubectl apply -f - <<EOF\nkind: Namespace\nmetadata: {name: x}\nEOF"),
         (9, "batchsched topo parse f.txt \\\n    --format json |\n  head -1"),
         (15, "echo one &&\n  echo two"),
+        (17, 'tr a b <<< "abc"'),  # a here-string is no heredoc
+        (18, "echo three"),
     ]
 
 
