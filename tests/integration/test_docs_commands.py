@@ -6,7 +6,11 @@ Each document's commands run in order in one bash, from a scratch copy of
 the repository root (links to its files, plus ``.venv`` naming the venv
 running the tests, and ``../shared`` when there is one), with ``kubectl``
 the control plane's, ``batchsched`` this checkout's and $KUBECONFIG the test
-cluster. Namespaces a document creates are deleted after it.
+cluster. The local control plane runs no kube-controller-manager, so the
+test stands in for it as tests/integration/test_examples.py does: the Jobs
+and Deployments a document creates get their pods, deleted after it. On a
+real cluster ($KUBECONFIG) the namespaces a document creates are deleted
+after it.
 """
 from __future__ import annotations
 
@@ -98,8 +102,11 @@ def test_every_command_of_the_document_runs(document, kube, kubeconfig, kubectl,
     workdir = tmp_path / "run"
     workdir.mkdir()
 
+    # Without a namespace controller a deleted namespace stays Terminating, unusable by a later test
+    # (batchsched-system: test_deploy.py), so on the local control plane, fresh each session, they stay.
+    real_cluster = bool(os.environ.get("KUBECONFIG"))
     before = namespaces(kube)
-    controllers = None if os.environ.get("KUBECONFIG") else StandInControllers(kubeconfig)  # a real cluster has its own
+    controllers = None if real_cluster else StandInControllers(kubeconfig)
     if controllers:
         controllers.start()
     try:
@@ -107,11 +114,12 @@ def test_every_command_of_the_document_runs(document, kube, kubeconfig, kubectl,
     finally:
         if controllers:
             controllers.stop()
-        for name in namespaces(kube) - before:  # no controller-manager: they stay Terminating, empty
-            try:
-                kube.delete(f"/api/v1/namespaces/{name}")
-            except KubeError:
-                pass
+        for name in namespaces(kube) - before:
+            if real_cluster:
+                try:
+                    kube.delete(f"/api/v1/namespaces/{name}")
+                except KubeError:
+                    pass
 
     skipped = [c for c in doc.commands if c.skip is not None]
     print(f"{document}: {len(outcomes)} command(s) run, {len(skipped)} not run here:")
