@@ -95,17 +95,26 @@ class PodConditionWriter:
             now = self.clock()
             due = [uid for uid in self._pending
                    if now - self._last_write.get(uid, -math.inf) >= self.min_interval]
-            await asyncio.gather(*(self._write(uid, self._pending.pop(uid)) for uid in due))
+            outcomes = await asyncio.gather(*(self._write(uid, self._pending.pop(uid)) for uid in due),
+                                            return_exceptions=True)  # a bug in one write must not end the writer
+            for outcome in outcomes:
+                if isinstance(outcome, Exception):
+                    log.error("writing a PodScheduled condition failed", exc_info=outcome)
+            failed = [outcome for outcome in outcomes if isinstance(outcome, str)]
+            if failed:  # one line a round, however many pods: an API server outage must not flood the log
+                log.warning("%d PodScheduled condition write(s) failed, retried in %.0fs; first: %s",
+                            len(failed), RETRY_SECONDS, failed[0])
             if self._pending:
                 await asyncio.sleep(max(self.min_interval, RETRY_SECONDS) / 2)
                 self._wake.set()
 
-    async def _write(self, uid: str, message: str) -> None:
+    async def _write(self, uid: str, message: str) -> str | None:
+        """Writes one pod's condition; returns why it failed, if it did and is retried."""
         async with self._slots:
             pod = self.lookup(uid)  # read now, after the wait for a slot: its resourceVersion is the latest
             if pod is None or not pod.awaits_placement:
                 self.forget(uid)  # bound (PodScheduled is the binding's now), gated, or gone
-                return
+                return None
             try:
                 await self.kube.strategic_merge_patch(
                     f"/api/v1/namespaces/{quote(pod.namespace)}/pods/{quote(pod.name)}/status",
@@ -113,20 +122,20 @@ class PodConditionWriter:
             except ApiError as exc:
                 if exc.not_found:
                     self.forget(uid)
-                    return
-                # 409: the pod changed since the cache saw it; the next try reads it afresh
-                (log.debug if exc.conflict else log.warning)(
-                    "PodScheduled condition of %s/%s not written: %s", pod.namespace, pod.name, exc)
+                    return None
                 self._retry(uid, message)
-                return
+                if exc.conflict:  # the pod changed since the cache saw it; the next try reads it afresh
+                    log.debug("PodScheduled condition of %s/%s: %s", pod.namespace, pod.name, exc)
+                    return None
+                return f"{pod.namespace}/{pod.name}: {exc}"
             except (OSError, asyncio.TimeoutError) as exc:
-                log.warning("PodScheduled condition of %s/%s not written: %r", pod.namespace, pod.name, exc)
                 self._retry(uid, message)
-                return
+                return f"{pod.namespace}/{pod.name}: {exc!r}"
         self._written[uid] = message
         self._last_write[uid] = self.clock()
         self.writes += 1
         self.on_write()
+        return None
 
     def _patch(self, pod: PodInfo, message: str) -> dict:
         """Only this condition (conditions merge by type); refused if the pod changed since."""

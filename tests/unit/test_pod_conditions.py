@@ -170,3 +170,18 @@ def test_bookkeeping_of_pods_no_longer_pending_is_pruned():
         await asyncio.sleep(0.5)
         assert len(writer._written) <= 1100
     asyncio.run(scenario())
+
+
+def test_an_api_server_refusing_every_write_costs_one_log_line_a_round(caplog):
+    kube = RecordingKube(refuse=64, status=500)
+
+    async def scenario():
+        pods = {p.uid: p for p in (pending(f"train-{i}") for i in range(64))}
+        writer = await running_writer(kube, pods, min_interval=0)
+        for pod in pods.values():
+            writer.update(pod, "A")
+        await asyncio.sleep(1.6)  # the first round fails, the retry a second later passes
+    with caplog.at_level("WARNING", logger="batchsched.shell.pod_status"):
+        asyncio.run(scenario())
+    assert len(kube.patches) == 64
+    assert [r.getMessage()[:45] for r in caplog.records] == ["64 PodScheduled condition write(s) failed, re"]
