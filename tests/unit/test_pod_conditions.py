@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 
-from batchsched.core.model import PodInfo
+from batchsched.core.model import PodInfo, pod_from_json
 from batchsched.shell.kube import ApiError
 from batchsched.shell.pod_status import PodConditionWriter
 
@@ -185,3 +185,13 @@ def test_an_api_server_refusing_every_write_costs_one_log_line_a_round(caplog):
         asyncio.run(scenario())
     assert len(kube.patches) == 64
     assert [r.getMessage()[:45] for r in caplog.records] == ["64 PodScheduled condition write(s) failed, re"]
+
+
+def test_the_seed_is_read_from_any_pod_status_without_raising():
+    def condition_of(conditions) -> tuple:
+        return pod_from_json({"metadata": {"name": "p", "uid": "u"}, "status": {"conditions": conditions}}
+                             ).scheduled_condition
+    ours = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "gang a/b"}
+    assert condition_of([{"type": "Ready", "status": "False"}, ours]) == ("False", "Unschedulable", "gang a/b")
+    for hostile in ("x", [1, None], [{"type": "PodScheduled", "status": ["False"]}], {"PodScheduled": 1}):
+        assert condition_of(hostile) == ()
