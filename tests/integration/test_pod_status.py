@@ -65,7 +65,8 @@ def test_a_waiting_gangs_pods_say_why_and_follow_its_verdict_until_bound(env, st
     wait_for("PodScheduled=True on every member", lambda: all(
         pod_scheduled(env, f"train-{i}").get("status") == "True" for i in range(3)))
     metrics = proc.get("/metrics")[1]
-    cycles, writes = (sample(metrics, f"batchsched_{name}_total") for name in ("scheduling_cycles", "pod_condition_writes"))
+    cycles, writes = (sample(metrics, f"batchsched_{name}_total")
+                      for name in ("scheduling_cycles", "pod_condition_writes"))
     wait_for("two more cycles", lambda: sample(
         proc.get("/metrics")[1], "batchsched_scheduling_cycles_total") >= cycles + 2, timeout=20)
     for i in range(3):
