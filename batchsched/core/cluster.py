@@ -227,7 +227,7 @@ class ClusterState:
                 del self._group_names[pod.namespace]
         ours = pod.scheduler_name == self.scheduler_name
         unbound_live = not pod.node_name and not pod.terminal
-        if ours and unbound_live and not pod.terminating and not pod.gated:
+        if ours and pod.awaits_placement:
             _count(self._pending, key, sign)
         if ours and pod.holds_resources:
             _count(self._holding, key, sign)

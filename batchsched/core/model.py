@@ -123,6 +123,9 @@ class PodInfo:
     owner_kind: str = ""  # kind of its controller (the ownerReference with controller: true)
     restart_policy: str = "Always"
     active_deadline_seconds: int | None = None
+    # Its PodScheduled condition as (status, reason, message), () when it has none:
+    # the shell writes it for pending pods only when it changes.
+    scheduled_condition: tuple[str, str, str] = ()
 
     @property
     def key(self) -> str:
@@ -131,6 +134,11 @@ class PodInfo:
     @property
     def terminal(self) -> bool:
         return self.phase in TERMINAL_PHASES
+
+    @property
+    def awaits_placement(self) -> bool:
+        """Unbound, live, and not held back by scheduling gates: a scheduler's to place."""
+        return not self.node_name and not self.terminal and not self.terminating and not self.gated
 
     @property
     def holds_resources(self) -> bool:
@@ -304,7 +312,20 @@ def pod_from_json(obj: Mapping[str, Any]) -> PodInfo:
         owner_kind=_controller_kind(meta.get("ownerReferences")),
         restart_policy=spec.get("restartPolicy") or "Always",
         active_deadline_seconds=_positive_int(spec.get("activeDeadlineSeconds")),
+        scheduled_condition=_scheduled_condition(status.get("conditions")),
     )
+
+
+def _scheduled_condition(conditions: Any) -> tuple[str, str, str]:
+    """The PodScheduled condition's (status, reason, message); () when absent
+    or malformed (status is writable by tenants: nothing here may raise)."""
+    if not isinstance(conditions, list):
+        return ()
+    for c in conditions:
+        if isinstance(c, dict) and c.get("type") == "PodScheduled":
+            fields = (c.get("status"), c.get("reason") or "", c.get("message") or "")
+            return fields if all(isinstance(f, str) for f in fields) else ()
+    return ()
 
 
 # Tenants write pod annotations: the gpu-ids one is bounded before it is read.

@@ -182,6 +182,7 @@ class ClusterCache:
         self.capacity_freed = False
         self.changed = asyncio.Event()
         self.on_bad_object: Callable[[str, dict, str], None] = lambda kind, obj, why: None
+        self.on_fixed_object: Callable[[str, dict, str, str], None] = lambda kind, obj, reason, message: None
         self.on_watch_restart: Callable[[str, str], None] = lambda kind, why: None
 
     # ---- wiring -------------------------------------------------------------
@@ -325,9 +326,18 @@ class ClusterCache:
             self.on_bad_object("Node", obj, f"node not used: {type(exc).__name__}: {exc}")
             return None
         if node.topology_error and (old is None or old.topology_error != node.topology_error):
-            # reported once per new problem, not on every status update of the node
+            # reported once per change of problem, not on every status update of the node
             log.warning("%s; treating its GPUs as flat", node.topology_error)
             self.on_bad_object("Node", obj, node.topology_error)
+        elif old is not None and old.topology_error and not node.topology_error:
+            # an Event of its own, so the latest one about the node is not the old problem
+            if node.topology is not None:
+                reason, message = "GpuTopologyAccepted", "its GPU topology is used"
+            else:
+                reason, message = "GpuTopologyRemoved", "GPUs are treated as flat"
+            message = f"annotation {constants.GPU_TOPOLOGY_ANNOTATION} of node {node.name}: {message}"
+            log.info("%s", message)
+            self.on_fixed_object("Node", obj, reason, message)
         return node
 
     def _node_entry(self, obj: dict) -> tuple[str, NodeInfo] | None:

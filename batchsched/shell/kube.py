@@ -385,3 +385,9 @@ class Kube:
 
     async def merge_patch(self, path: str, patch: Mapping[str, Any]) -> dict:
         return await self.request("PATCH", path, body=patch, content_type="application/merge-patch+json")
+
+    async def strategic_merge_patch(self, path: str, patch: Mapping[str, Any]) -> dict:
+        """A strategic merge patch: lists with a merge key (a pod's
+        status.conditions, by type) are merged entry by entry, not replaced."""
+        return await self.request("PATCH", path, body=patch,
+                                  content_type="application/strategic-merge-patch+json")

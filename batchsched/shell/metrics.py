@@ -92,6 +92,9 @@ class Metrics:
         self.status_writes = Counter(
             "batchsched_podgroup_status_writes", "PodGroup status writes sent (only changed statuses "
             "are written, so an idle cluster adds none).", registry=r)
+        self.pod_condition_writes = Counter(
+            "batchsched_pod_condition_writes", "PodScheduled=False conditions written on pending pods (only "
+            "changed ones, at most one per pod per statusMinIntervalSeconds).", registry=r)
         self.leader = Gauge(
             "batchsched_leader", "1 while this replica holds the leader lease and acts, else 0.", registry=r)
         self.leader.set_function(lambda: 1)  # no election: the only replica acts

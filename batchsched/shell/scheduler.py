@@ -31,6 +31,7 @@ from batchsched.shell.evictor import Evictor
 from batchsched.shell.kube import Kube
 from batchsched.shell.logs import decision
 from batchsched.shell.metrics import RESULT_SCHEDULED, RESULT_UNSCHEDULABLE, Metrics
+from batchsched.shell.pod_status import PodConditionWriter
 from batchsched.shell.status import EventRecorder, StatusWriter, group_ref, node_ref, now_rfc3339, pod_ref
 
 log = logging.getLogger(__name__)
@@ -58,6 +59,8 @@ class Scheduler:
         self.binder.settled_by_watch = self._settled_by_watch
         self.status = StatusWriter(kube, config.status_min_interval_seconds, self.binder.wait_idle)
         self.events = EventRecorder(kube, config.scheduler_name, wait_for_bindings=self.binder.wait_idle)
+        self.pod_conditions = PodConditionWriter(kube, lambda uid: self.cache.pods.get(uid),
+                                                 config.status_min_interval_seconds, self.binder.wait_idle)
         self.preemption_policy = config.preemption.policy()
         self.evictor = Evictor(kube, self.cache, self.events, config.preemption)
         self._nominations_checked = 0.0
@@ -70,9 +73,11 @@ class Scheduler:
         self.bound_total = 0
         self._tasks: set[asyncio.Task] = set()
         self.cache.on_bad_object = self._bad_object
-        # Bad objects not reported yet: (kind, namespace, name) -> (ref, reason, why).
-        # By object, so a standby (no cycles) keeps one per object however often it changes.
-        self._bad_objects: dict[tuple[str, str, str], tuple[dict, str, str]] = {}
+        self.cache.on_fixed_object = self._fixed_object
+        # Object problems (and their fixes) not reported yet: (kind, namespace, name) ->
+        # (ref, event type, reason, message).  By object, so a standby (no cycles)
+        # keeps one per object, the latest, however often it changes.
+        self._object_reports: dict[tuple[str, str, str], tuple[dict, str, str, str]] = {}
         # With leader election, the loop waits for this: a standby keeps its
         # caches warm and acts only once it holds the lease.
         self.leading = leading
@@ -82,6 +87,7 @@ class Scheduler:
         self.cache.on_watch_restart = lambda kind, why: self.metrics.watch_restarts.labels(kind, why).inc()
         self.evictor.on_victim = lambda pod, preemptor: self.metrics.preemption_victims.inc()
         self.status.on_write = self.metrics.status_writes.inc
+        self.pod_conditions.on_write = self.metrics.pod_condition_writes.inc
 
     # ---- lifecycle --------------------------------------------------------------
 
@@ -89,6 +95,7 @@ class Scheduler:
         reflectors = self.reflectors
         background = [asyncio.create_task(r.run(), name=f"reflector-{r.kind}") for r in reflectors]
         background.append(asyncio.create_task(self.status.run(), name="status-writer"))
+        background.append(asyncio.create_task(self.pod_conditions.run(), name="pod-condition-writer"))
         try:
             await asyncio.gather(*(r.synced.wait() for r in self.reflectors))
             self.on_synced()
@@ -156,9 +163,9 @@ class Scheduler:
 
     def cycle(self) -> CyclePlan:
         self.metrics.cycles.inc()
-        for ref, reason, why in self._bad_objects.values():
-            self.events.emit(ref, "Warning", reason, why)
-        self._bad_objects.clear()
+        for ref, event_type, reason, message in self._object_reports.values():
+            self.events.emit(ref, event_type, reason, message)
+        self._object_reports.clear()
         touched, freed = self.cache.drain_changes()
         try:
             return self._cycle(touched, freed)
@@ -306,13 +313,12 @@ class Scheduler:
             if obj is not None:
                 self.events.emit(group_ref(obj), "Normal" if verdict.scheduled else "Warning",
                                  "Scheduled" if verdict.scheduled else "FailedScheduling", verdict.message)
-            else:
-                self._event_on_pending_pods(key, verdict)
         for key in changed | touched:
             obj = self.cache.groups_raw.get(key)
             if obj is not None:
                 self._write_status(key, obj, self.cache.members(key))
                 self._report_foreign_members(key, obj)
+            self._report_pending_pods(key)
 
     def _pods_decided(self, keys: set[str], plan: CyclePlan) -> dict[str, list[str]]:
         """The pods each gang's verdict is about: those placed now, else those pending."""
@@ -324,13 +330,22 @@ class Scheduler:
             names[key] = [pod.name for pod in self.cache.members(key) if not pod.node_name]
         return names
 
-    def _event_on_pending_pods(self, key: str, verdict: Verdict) -> None:
-        if verdict.scheduled:
+    def _report_pending_pods(self, key: str) -> None:
+        """Each pending pod of a gang that cannot be placed says why, as
+        kube-scheduler's would: its PodScheduled condition and a
+        FailedScheduling Event (both written only when they change)."""
+        verdict = self.verdicts.get(key)
+        if verdict is None or verdict.scheduled:
             return
-        for pod in self.cache.members(key):
-            if not pod.node_name:
-                self.events.emit(pod_ref(pod.namespace, pod.name, pod.uid), "Warning", "FailedScheduling",
-                                 verdict.message)
+        pending = [pod for pod in self.cache.members(key) if pod.awaits_placement]
+        if not pending:
+            return
+        message = f"{verdict.reason}: {verdict.message}"
+        if pending[0].group:
+            message = f"gang {key} ({verdict.reason}): {verdict.message}"
+        for pod in pending:
+            self.pod_conditions.update(pod, message)
+            self.events.emit(pod_ref(pod.namespace, pod.name, pod.uid), "Warning", "FailedScheduling", message)
 
     def _report_foreign_members(self, key: str, obj: dict) -> None:
         """Pods with the gang's label that name another scheduler: a Warning
@@ -385,4 +400,9 @@ class Scheduler:
         else:
             meta = obj.get("metadata") or {}
             ref, reason = pod_ref(meta.get("namespace", ""), meta.get("name", ""), meta.get("uid", "")), "InvalidPod"
-        self._bad_objects[(ref["kind"], ref.get("namespace") or "", ref["name"])] = (ref, reason, why)
+        self._object_reports[(ref["kind"], ref.get("namespace") or "", ref["name"])] = (ref, "Warning", reason, why)
+
+    def _fixed_object(self, kind: str, obj: dict, reason: str, message: str) -> None:
+        """A problem reported before is gone (a node's topology annotation)."""
+        ref = node_ref(obj)
+        self._object_reports[(ref["kind"], "", ref["name"])] = (ref, "Normal", reason, message)

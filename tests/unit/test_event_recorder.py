@@ -1,0 +1,112 @@
+"""EventRecorder's rules: never stale, rate-limited per object and reason,
+latest wins, memory bounded.  Only the bookkeeping is under test here (a
+recording stand-in for Kube); tests/integration/test_pod_status.py posts
+the same Events to a real API server."""
+from __future__ import annotations
+
+import asyncio
+
+from batchsched.shell.status import EventRecorder, node_ref, pod_ref
+
+POD = pod_ref("team-a", "train-0", "uid-0")
+
+
+class RecordingKube:
+    def __init__(self):
+        self.posted: list[tuple[str, str, str]] = []  # (object name, reason, message)
+
+    async def request(self, method, path, body=None, **kwargs):
+        self.posted.append((body["involvedObject"]["name"], body["reason"], body["message"]))
+        return {}
+
+
+def run(scenario, min_interval: float = 0.0, **kwargs) -> list[tuple[str, str, str]]:
+    kube = RecordingKube()
+
+    async def main():
+        recorder = EventRecorder(kube, "batchsched", min_interval=min_interval, **kwargs)
+        await scenario(recorder)
+        await asyncio.sleep(0.05)  # let the posts run
+    asyncio.run(main())
+    return kube.posted
+
+
+def test_an_event_equal_to_the_last_posted_is_dropped():
+    async def scenario(recorder):
+        for _ in range(3):
+            recorder.emit(POD, "Warning", "FailedScheduling", "A")
+    assert run(scenario) == [("train-0", "FailedScheduling", "A")]
+
+
+def test_a_problem_that_comes_back_is_posted_again():
+    """A -> B -> A: the old rule (dedup by message for 600 s) dropped the
+    second A, leaving B, a stale reason, as the newest Event."""
+    async def scenario(recorder):
+        for message in ("A", "B", "A"):
+            recorder.emit(POD, "Warning", "FailedScheduling", message)
+            await asyncio.sleep(0)
+    assert [m for _, _, m in run(scenario)] == ["A", "B", "A"]
+
+
+def test_within_the_interval_the_newest_event_is_held_and_posted_when_due():
+    async def scenario(recorder):
+        recorder.emit(POD, "Warning", "FailedScheduling", "A")
+        recorder.emit(POD, "Warning", "FailedScheduling", "B")
+        recorder.emit(POD, "Warning", "FailedScheduling", "C")  # replaces B: latest wins
+        await asyncio.sleep(0.1)
+        assert recorder.posted == 1  # C waits for the interval
+        await asyncio.sleep(0.25)
+    assert [m for _, _, m in run(scenario, min_interval=0.2)] == ["A", "C"]
+
+
+def test_a_held_event_is_dropped_when_the_object_is_back_to_what_was_posted():
+    async def scenario(recorder):
+        recorder.emit(POD, "Warning", "FailedScheduling", "A")
+        recorder.emit(POD, "Warning", "FailedScheduling", "B")  # held
+        recorder.emit(POD, "Warning", "FailedScheduling", "A")  # what the object shows already
+        await asyncio.sleep(0.3)
+    assert [m for _, _, m in run(scenario, min_interval=0.2)] == ["A"]
+
+
+def test_another_reason_is_posted_at_once_and_supersedes_a_held_event():
+    async def scenario(recorder):
+        recorder.emit(POD, "Warning", "FailedScheduling", "A")
+        recorder.emit(POD, "Warning", "FailedScheduling", "B")  # held
+        recorder.emit(POD, "Normal", "Scheduled", "bound")  # not delayed by FailedScheduling's pace
+        await asyncio.sleep(0.05)
+        assert recorder.posted == 2
+        await asyncio.sleep(0.3)  # and B, older than "bound", is never posted
+    assert [(r, m) for _, r, m in run(scenario, min_interval=0.2)] == [
+        ("FailedScheduling", "A"), ("Scheduled", "bound")]
+
+
+def test_the_interval_is_per_object():
+    async def scenario(recorder):
+        for i in range(5):
+            recorder.emit(pod_ref("ns", f"p{i}", f"u{i}"), "Warning", "FailedScheduling", "A")
+    assert len(run(scenario, min_interval=60)) == 5
+
+
+def test_a_node_whose_problem_changes_back_and_is_fixed_ends_on_the_fix():
+    node = node_ref({"metadata": {"name": "gpu-1", "uid": "n1"}})
+
+    async def scenario(recorder):
+        for reason, message in (("InvalidGpuTopology", "bad A"), ("InvalidGpuTopology", "bad B"),
+                                ("InvalidGpuTopology", "bad A"), ("GpuTopologyAccepted", "used")):
+            recorder.emit(node, "Warning" if reason.startswith("Invalid") else "Normal", reason, message)
+            await asyncio.sleep(0)
+    assert [m for _, _, m in run(scenario)] == ["bad A", "bad B", "bad A", "used"]
+
+
+def test_memory_stays_bounded():
+    kept = []
+
+    async def scenario(recorder):
+        for i in range(1000):
+            recorder.emit(pod_ref("ns", f"p{i}", f"u{i}"), "Warning", "FailedScheduling", "A")
+            recorder.emit(pod_ref("ns", f"p{i}", f"u{i}"), "Warning", "FailedScheduling", "B")  # held
+        kept.append(len(recorder._objects))
+        kept.append(sum(1 for s in recorder._objects.values() if s.timer is not None))
+    run(scenario, min_interval=60, max_objects=100)
+    assert kept[0] <= 100
+    assert kept[1] <= 100  # the timers of forgotten objects are cancelled with them
