@@ -40,8 +40,12 @@ async def _explain(args: argparse.Namespace) -> int:
             try:
                 await reflector.list_once()
             except ApiError as exc:
-                if not (exc.not_found and reflector.kind == "podgroups"):
-                    raise  # (not found: the CRD is not installed, so no PodGroups)
+                if not exc.not_found:
+                    raise
+                if reflector.optional:  # resource.k8s.io not served: no DRA objects
+                    reflector.replace({})
+                elif reflector.kind != "podgroups":  # (the CRD is not installed: no PodGroups)
+                    raise
     except (ApiError, OSError, aiohttp.ClientError) as exc:
         print(f"batchsched: {target.source}: {exc}", file=sys.stderr)
         return 1
