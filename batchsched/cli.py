@@ -40,12 +40,10 @@ async def _explain(args: argparse.Namespace) -> int:
             try:
                 await reflector.list_once()
             except ApiError as exc:
-                if not exc.not_found:
-                    raise
-                if reflector.optional:  # resource.k8s.io not served: no DRA objects
+                if reflector.optional and exc.status in (403, 404):  # DRA not served, or not ours to read
                     reflector.replace({})
-                elif reflector.kind != "podgroups":  # (the CRD is not installed: no PodGroups)
-                    raise
+                elif not (exc.not_found and reflector.kind == "podgroups"):
+                    raise  # (not found: the CRD is not installed, so no PodGroups)
     except (ApiError, OSError, aiohttp.ClientError) as exc:
         print(f"batchsched: {target.source}: {exc}", file=sys.stderr)
         return 1

@@ -22,8 +22,10 @@ exception while listing, watching or applying is logged and followed by a
 relist, the reflector counting as not synced (``error``) until that
 relist succeeds.  An *optional* collection (the DRA ones) that the API
 server does not serve (404: resource.k8s.io/v1 off, or a cluster before
-1.34) counts as synced and empty, said once in the log, and is listed
-again every ``ABSENT_RECHECK_SECONDS``: the scheduler runs without DRA.
+1.34), or that the scheduler may not read (403: RBAC not updated), counts
+as synced and empty, said once in the log, and is listed again every
+``ABSENT_RECHECK_SECONDS``: the scheduler runs as it did without DRA rather
+than stall every gang for an inventory it can do without.
 """
 from __future__ import annotations
 
@@ -141,8 +143,8 @@ class Reflector:
                     log.info("%s watch expired (410 Gone); relisting", self.kind)
                     self.on_restart(self.kind, "gone")
                     continue
-                if exc.not_found and self.optional:
-                    self._not_served()
+                if self.optional and exc.status in (403, 404):
+                    self._not_served(exc)
                     await asyncio.sleep(ABSENT_RECHECK_SECONDS)
                     continue
                 log.warning("%s list/watch failed: %s; retrying in %.1fs", self.kind, exc, self._backoff)
@@ -156,11 +158,12 @@ class Reflector:
             await asyncio.sleep(self._backoff)
             self._backoff = min(self._backoff * 2, MAX_BACKOFF_SECONDS)
 
-    def _not_served(self) -> None:
+    def _not_served(self, exc: ApiError) -> None:
         """Synced and empty: what the scheduler uses without this collection."""
         if not self.absent:
-            log.warning("%s (%s) are not served by the API server: running without them; looking again "
-                        "every %.0fs", self.kind, self.path, ABSENT_RECHECK_SECONDS)
+            why = "may not be read (RBAC)" if exc.status == 403 else "are not served by the API server"
+            log.warning("%s (%s) %s: running without them; looking again every %.0fs: %s", self.kind, self.path,
+                        why, ABSENT_RECHECK_SECONDS, exc)
             self.absent = True
         self.replace({})
         self.error = ""

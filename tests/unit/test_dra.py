@@ -273,13 +273,19 @@ def test_a_topology_count_problem_waits_for_the_dra_lists_and_is_not_reported_fo
 
 
 class NotServed:
+    def __init__(self, status: int):
+        self.status = status
+
     async def request(self, method: str, path: str, **_) -> dict:
-        raise ApiError(404, "NotFound", "the server could not find the requested resource", {})
+        raise ApiError(self.status, "", "not served, or forbidden", {})
 
 
-def test_a_dra_collection_not_served_counts_as_synced_and_empty_and_is_logged_once(cache, monkeypatch, caplog):
+@pytest.mark.parametrize("status, said", [(404, "not served"), (403, "may not be read")])
+def test_a_dra_collection_not_served_or_forbidden_counts_as_synced_and_empty_and_is_logged_once(
+        cache, monkeypatch, caplog, status, said):
     monkeypatch.setattr(cache_module, "ABSENT_RECHECK_SECONDS", 0.01)
-    reflector: Reflector = next(r for r in cache.reflectors(NotServed()) if r.kind == "resourceslices")
+    relist(cache, "resourceslices", [dra.resource_slice(NODE, TOPOLOGY)])
+    reflector: Reflector = next(r for r in cache.reflectors(NotServed(status)) if r.kind == "resourceslices")
 
     async def run_a_while() -> None:
         task = asyncio.create_task(reflector.run())
@@ -290,6 +296,7 @@ def test_a_dra_collection_not_served_counts_as_synced_and_empty_and_is_logged_on
     with caplog.at_level(logging.WARNING):
         asyncio.run(run_a_while())
     assert reflector.synced.is_set() and reflector.absent and reflector.error == ""
-    assert len([r for r in caplog.records if "not served" in r.getMessage()]) == 1
-    pods = next(r for r in cache.reflectors(NotServed()) if r.kind == "pods")
+    assert cache.state.dra.slices == {}  # what it held is no longer known to be there
+    assert len([r for r in caplog.records if said in r.getMessage()]) == 1
+    pods = next(r for r in cache.reflectors(NotServed(status)) if r.kind == "pods")
     assert not pods.optional  # the core collections are never optional
