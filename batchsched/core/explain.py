@@ -107,7 +107,7 @@ def explain_gang(snapshot: Snapshot, gang_key: str) -> Report:
     if dra["nodes"]:
         report.add(f"  nodes serving {constants.GPU_RESOURCE} through DRA: {len(dra['nodes'])} "
                    f"({dra['devices']} devices, {dra['allocated']} allocated; "
-                   "GPU pods are not placed on them by this version)")
+                   "this version hands none to pods)")
     if gpu_asked and not advertising and not dra["nodes"]:
         report.add("  -> no node advertises GPUs: is the NVIDIA device plugin running on the GPU nodes?")
 

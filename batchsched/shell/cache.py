@@ -461,15 +461,20 @@ class ClusterCache:
         convert, key_of, put, remove = _DRA[kind]
 
         def apply(event_type: str, obj: dict) -> None:
+            held = _dra_held(self.state, kind)
             if event_type == "DELETED":
                 meta = obj.get("metadata") or {}
-                remove(self.state, str(meta.get("uid" if kind == "resourceclaims" else "name", "")))
+                key, new = str(meta.get("uid" if kind == "resourceclaims" else "name", "")), None
+                old = held.get(key)
+                remove(self.state, key)
             else:
                 entry = self._dra_entry(kind)(obj)
                 if entry is None:
                     return  # a changed object that does not convert: what it held stays counted
-                put(self.state, entry[1])
-            self.capacity_freed = True
+                new, old = entry[1], held.get(entry[0])
+                put(self.state, new)
+            # a new claim frees nothing; a changed or gone one may give devices back
+            self.capacity_freed |= kind != "resourceclaims" or (old is not None and old != new)
             self._notify()
         return apply
 
