@@ -163,11 +163,14 @@ class ClusterState:
             return set()
         return {pod.node_name for uid in claim.reserved_for if (pod := self.pods.get(uid)) and pod.node_name}
 
-    def _dra_changed(self, nodes, rejoin: bool = False) -> None:
+    def _dra_changed(self, nodes: Iterable[str], rejoin: bool = False) -> None:
+        """Stamp the nodes (of ours) a DRA change touched; ``rejoin``: their
+        DRA GPUs may have changed too."""
         for name in nodes:
-            if rejoin and name in self._given:
-                self._join(name)
-            self._stamp_node(name)
+            if name in self._given:
+                if rejoin:
+                    self._join(name)
+                self._stamp_node(name)
 
     # ---- per node ---------------------------------------------------------------
 

@@ -43,7 +43,8 @@ def dra_node(env, name: str, topology_text: str, *, device_plugin_gpus: int = 0,
     """A kwok node annotated with the identified topology and its slice of GPUs ``indices``."""
     full = f"{env.id}-{name}"
     topology = dra.identified(parse_topo(topology_text), full)
-    env.add_node(name, gpus=device_plugin_gpus, annotations={constants.GPU_TOPOLOGY_ANNOTATION: to_annotation(topology)})
+    env.add_node(name, gpus=device_plugin_gpus,
+                 annotations={constants.GPU_TOPOLOGY_ANNOTATION: to_annotation(topology)})
     env.add_cluster_object(dra.resource_slice(full, topology, indices, **device))
     return full, topology
 

@@ -60,7 +60,8 @@ def gpu_device(topology: GpuTopology, node: str, index: int, *, with_uuid: bool 
         attributes["resource.kubernetes.io/pciBusID"] = {"string": f"0000:{bus(index):02x}:00.0"}
     if gpu.numa is not None:
         attributes["resource.kubernetes.io/numaNode"] = {"int": gpu.numa}
-    return {"name": f"gpu-{minor(topology, index)}", "attributes": attributes, "capacity": {"memory": {"value": memory}}}
+    return {"name": f"gpu-{minor(topology, index)}", "attributes": attributes,
+            "capacity": {"memory": {"value": memory}}}
 
 
 def resource_slice(node: str, topology: GpuTopology, indices: Iterable[int] | None = None, **device: Any) -> dict:

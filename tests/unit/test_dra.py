@@ -3,7 +3,6 @@ assumed allocations, hostile objects, mixed nodes, DRA not served."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 
 import pytest
