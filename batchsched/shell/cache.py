@@ -453,6 +453,7 @@ class ClusterCache:
             for value in listed.values():
                 put(self.state, value)
             self._dra_synced(kind)
+            self._recheck_topologies(kind)
             self.capacity_freed = True
             self._notify()
         return replace
@@ -473,6 +474,7 @@ class ClusterCache:
                     return  # a changed object that does not convert: what it held stays counted
                 new, old = entry[1], held.get(entry[0])
                 put(self.state, new)
+            self._recheck_topologies(kind)
             # a new claim frees nothing; a changed or gone one may give devices back
             self.capacity_freed |= kind != "resourceclaims" or (old is not None and old != new)
             self._notify()
@@ -486,6 +488,16 @@ class ClusterCache:
             waiting, self._unchecked_topology = self._unchecked_topology, {}
             for name, obj in waiting.items():
                 self._check_topology(name, obj)
+
+    def _recheck_topologies(self, kind: str) -> None:
+        """Slices or classes changed which GPUs nodes serve through DRA:
+        report a topology problem that appeared (a node's own events
+        report the rest)."""
+        if kind == "resourceclaims" or len(self._dra_listed) < len(_DRA):
+            return
+        for name, node in self.nodes.items():
+            if node.topology_error and node.topology_error != self.topology_reported.get(name):
+                self._check_topology(name, {"metadata": {"name": name}})
 
     # ---- PodGroups and PriorityClasses ---------------------------------------
 

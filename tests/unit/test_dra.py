@@ -266,6 +266,9 @@ def test_a_topology_count_problem_waits_for_the_dra_lists_and_is_not_reported_fo
     relist(cache, "resourceclaims", [])
     assert [(kind, "plain" in why) for kind, why in reports] == [("Node", True)]
     assert "more than the node has: 4" in reports[0][1]
+    cache._dra_apply("resourceslices")("DELETED", dra.resource_slice(NODE, TOPOLOGY))  # the driver went
+    assert [(kind, NODE in why) for kind, why in reports[1:]] == [("Node", True)]
+    assert "more than the node has: 0" in reports[1][1]
 
 
 # ---- DRA not served ------------------------------------------------------------------
