@@ -3,9 +3,12 @@ assumed allocations, hostile objects, mixed nodes, DRA not served."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from batchsched.api import constants
 from batchsched.core.dra.inventory import class_rule, gpu_selection, node_dra, pci_key
@@ -22,6 +25,7 @@ from batchsched.shell.cache import ClusterCache, Reflector
 from batchsched.shell.kube import ApiError
 from tests.support import dra
 from tests.unit.cache_support import relist
+from tests.unit.test_fuzz_hostile_input import json_values, quickly
 from tests.unit.topology_support import fixture
 
 NODE = "dgx"
@@ -302,3 +306,55 @@ def test_a_dra_collection_not_served_or_forbidden_counts_as_synced_and_empty_and
     assert len([r for r in caplog.records if said in r.getMessage()]) == 1
     pods = next(r for r in cache.reflectors(NotServed(status)) if r.kind == "pods")
     assert not pods.optional  # the core collections are never optional
+
+
+# ---- fuzzing what tenants write ----------------------------------------------------------
+
+
+def spoiled(base: dict, paths: list[tuple[str, ...]]):
+    """``base`` with a hostile value at one of ``paths``."""
+    def put(value, path):
+        obj = json.loads(json.dumps(base))
+        target = obj
+        for key in path[:-1]:
+            target = target.setdefault(key, {}) if isinstance(target, dict) else target
+            if isinstance(target, list):
+                target = target[0]
+        if isinstance(target, dict):
+            target[path[-1]] = value
+        return obj
+    return st.builds(put, json_values, st.sampled_from(paths))
+
+
+CLAIM_PATHS = [("status",), ("status", "allocation"), ("status", "allocation", "devices"),
+               ("status", "allocation", "devices", "results"),
+               ("status", "allocation", "devices", "results", "device"), ("status", "reservedFor"),
+               ("metadata",), ("metadata", "ownerReferences"), ("metadata", "annotations"), ("metadata", "uid")]
+SLICE_PATHS = [("spec",), ("spec", "pool"), ("spec", "pool", "generation"), ("spec", "devices"),
+               ("spec", "devices", "attributes"), ("spec", "devices", "capacity"), ("spec", "devices", "name"),
+               ("spec", "devices", "attributes", "uuid"), ("spec", "nodeName")]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(spoiled(claim_json("c", [device(0)], reserved_for="p"), CLAIM_PATHS)
+       | spoiled(dra.resource_slice(NODE, TOPOLOGY, indices=[0]), SLICE_PATHS))
+def test_a_hostile_claim_or_slice_converts_or_is_a_dra_error_quickly(obj):
+    convert = claim_from_json if obj.get("kind") == "ResourceClaim" else slice_from_json
+    try:
+        quickly(convert, obj)
+    except DraError:
+        pass
+
+
+def test_readiness_names_the_collections_not_synced_yet():
+    from batchsched.config import SchedulerConfig
+    from batchsched.shell.replica import _readiness
+    from batchsched.shell.scheduler import Scheduler
+
+    async def check() -> None:
+        scheduler = Scheduler(kube=None, config=SchedulerConfig())  # type: ignore[arg-type]  # nothing is sent
+        for reflector in scheduler.reflectors:
+            if reflector.kind != "resourceclaims":
+                reflector.synced.set()
+        assert _readiness(scheduler, None)() == "watch caches not synced yet (resourceclaims)"
+    asyncio.run(check())
