@@ -108,6 +108,8 @@ def explain_gang(snapshot: Snapshot, gang_key: str) -> Report:
         report.add(f"  nodes serving {constants.GPU_RESOURCE} through DRA: {len(dra['nodes'])} "
                    f"({dra['devices']} devices, {dra['allocated']} allocated; "
                    "this version hands none to pods)")
+    for name, why in sorted(dra["unsupportedClasses"].items()):
+        report.add(f"  -> DeviceClass {name} ({constants.GPU_RESOURCE}) is not read: {why}")
     if gpu_asked and not advertising and not dra["nodes"]:
         report.add("  -> no node advertises GPUs: is the NVIDIA device plugin running on the GPU nodes?")
 

@@ -30,11 +30,11 @@ DGX1 = ROOT / "tests" / "fixtures" / "topologies" / "dgx1-hybrid-cube-mesh-8gpu.
 
 @pytest.fixture
 def gpu_class(env):
-    """NVIDIA's DeviceClass (cluster-wide; made once, left for later tests)."""
+    """NVIDIA's DeviceClass (cluster-wide: removed after the test that made it)."""
     try:
-        env.kube.create("/apis/resource.k8s.io/v1/deviceclasses", dra.device_class())
+        env.add_cluster_object(dra.device_class())
     except KubeError as exc:
-        if exc.status != 409:
+        if exc.status != 409:  # there already (a cluster with NVIDIA's driver): used as it is
             raise
     return dra.GPU_CLASS
 

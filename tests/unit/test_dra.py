@@ -358,3 +358,16 @@ def test_readiness_names_the_collections_not_synced_yet():
                 reflector.synced.set()
         assert _readiness(scheduler, None)() == "watch caches not synced yet (resourceclaims)"
     asyncio.run(check())
+
+
+def test_explain_names_a_gpu_class_it_cannot_read(cache):
+    from batchsched.core.explain import explain_gang
+
+    unreadable = dra.device_class(["device.attributes['gpu.nvidia.com'].productName.startsWith('H100')"], "h100")
+    listed(cache, nodes=[node_json()], classes=[dra.device_class(), unreadable],
+           slices=[dra.resource_slice(NODE, TOPOLOGY)], pods=[pod_json("w", 1)])
+    report = explain_gang(cache.snapshot(0), "ns/pod:w")
+    assert "  nodes serving nvidia.com/gpu through DRA: 1 (8 devices, 0 allocated; this version hands none to pods)" \
+        in report.lines
+    assert any(line.startswith("  -> DeviceClass h100 (nvidia.com/gpu) is not read: selector") for line in report.lines)
+    assert list(report.data["gpuChecklist"]["dra"]["unsupportedClasses"]) == ["h100"]
