@@ -407,6 +407,8 @@ def with_dra(node: NodeInfo, dra: NodeDra | None) -> NodeInfo:
     topology, topology_error = _node_topology(
         node.name, node.annotations.get(constants.GPU_TOPOLOGY_ANNOTATION), node.allocatable, node.gpu_capacity,
         node.labels, gpus)
+    if topology is None and dra is not None and dra.mask:  # the GPUs are flat: no index means anything
+        dra = dataclasses.replace(dra, gpus=tuple(dataclasses.replace(g, index=None, mapped_by="") for g in dra.gpus))
     return dataclasses.replace(node, dra=dra, topology=topology, topology_error=topology_error)
 
 

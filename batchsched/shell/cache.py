@@ -430,6 +430,10 @@ class ClusterCache:
     # ---- DRA: DeviceClasses, ResourceSlices, ResourceClaims ----------------------
 
     def _dra_entry(self, kind: str) -> Callable[[dict], tuple[str, Any] | None]:
+        """A listed or changed DRA object.  One that does not convert is
+        reported and skipped, or, if an earlier version of it converted,
+        that version is kept: a claim's devices stay in use rather than be
+        handed out again on a bad write."""
         convert, key_of, _, _ = _DRA[kind]
 
         def entry(obj: dict) -> tuple[str, Any] | None:
@@ -439,7 +443,9 @@ class ClusterCache:
                 why = clip(f"{_DRA_KIND_NAMES[kind]} not used: {exc}", MAX_PROBLEM_LENGTH)
                 log.warning("ignoring %s %s: %s", kind, _name_of(obj), why)
                 self.on_bad_object(_DRA_KIND_NAMES[kind], obj, why)
-                return None
+                key = _dra_key(kind, obj)
+                held = _dra_held(self.state, kind).get(key)
+                return None if held is None else (key, held)
             return key_of(converted), converted
         return entry
 
@@ -459,19 +465,19 @@ class ClusterCache:
         return replace
 
     def _dra_apply(self, kind: str) -> Callable[[str, dict], None]:
-        convert, key_of, put, remove = _DRA[kind]
+        _, _, put, remove = _DRA[kind]
+        entry_of = self._dra_entry(kind)
 
         def apply(event_type: str, obj: dict) -> None:
             held = _dra_held(self.state, kind)
             if event_type == "DELETED":
-                meta = obj.get("metadata") or {}
-                key, new = str(meta.get("uid" if kind == "resourceclaims" else "name", "")), None
+                key, new = _dra_key(kind, obj), None
                 old = held.get(key)
                 remove(self.state, key)
             else:
-                entry = self._dra_entry(kind)(obj)
+                entry = entry_of(obj)
                 if entry is None:
-                    return  # a changed object that does not convert: what it held stays counted
+                    return
                 new, old = entry[1], held.get(entry[0])
                 put(self.state, new)
             self._recheck_topologies(kind)
@@ -654,6 +660,11 @@ _DRA: dict[str, tuple[Callable, Callable, Callable, Callable]] = {
 }
 _DRA_KIND_NAMES = {"deviceclasses": "DeviceClass", "resourceslices": "ResourceSlice",
                    "resourceclaims": "ResourceClaim"}
+
+
+def _dra_key(kind: str, obj: dict) -> str:
+    """What a DRA object is held by, read from its JSON: claims by uid, the others by name."""
+    return str((obj.get("metadata") or {}).get("uid" if kind == "resourceclaims" else "name", ""))
 
 
 def _dra_held(state: ClusterState, kind: str) -> Mapping[str, Any]:

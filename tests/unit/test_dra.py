@@ -373,3 +373,11 @@ def test_explain_names_a_gpu_class_it_cannot_read(cache):
         in report.lines
     assert any(line.startswith("  -> DeviceClass h100 (nvidia.com/gpu) is not read: selector") for line in report.lines)
     assert list(report.data["gpuChecklist"]["dra"]["unsupportedClasses"]) == ["h100"]
+
+
+def test_on_a_node_whose_topology_is_refused_dra_gpus_take_no_flat_gpu_id(cache):
+    listed(cache, nodes=[node_json(gpus=6)], slices=[dra.resource_slice(NODE, TOPOLOGY, indices=range(4))])
+    node = cache.nodes[NODE]
+    assert node.topology is None and "describes 8 GPUs but the node allocates 10" in node.topology_error
+    assert all(g.index is None for g in node.dra.gpus)
+    assert cache.state.room(NODE).free == 0b11_1111  # the device plugin's 6, by count and id
