@@ -83,7 +83,8 @@ class ClusterState:
         """Hold the node joined with its DRA GPUs; a join equal to the node
         held keeps the held object."""
         given = self._given[name]
-        node = with_dra(given, self.dra.node_dra(name, annotated_topology(given)))
+        dra = self.dra.node_dra(name, annotated_topology(given)) if self.dra.has_slices(name) else None
+        node = with_dra(given, dra)
         old = self.nodes.get(name)
         if old == node:
             return

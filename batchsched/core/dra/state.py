@@ -83,6 +83,9 @@ class DraState:
             del self._pool_nodes[(old.driver, old.pool)]
         return [old.node]
 
+    def has_slices(self, node: str) -> bool:
+        return node in self._node_slices
+
     def node_dra(self, node: str, topology: GpuTopology | None) -> NodeDra | None:
         """The node's DRA GPUs mapped onto ``topology``; None when it has none."""
         names = self._node_slices.get(node)
