@@ -211,7 +211,9 @@ class ClusterState:
         derived = self._derived.get(name)
         if derived is None or derived[0] != stamp:
             node = self.nodes[name]
-            holding = [self._device_plugin_share(p, node) for p in self.bound_pods(name) if p.holds_resources]
+            holding = [p for p in self.bound_pods(name) if p.holds_resources]
+            if node.dra is not None:  # only DRA GPUs can serve a pod's nvidia.com/gpu instead
+                holding = [self._device_plugin_share(p, node) for p in holding]
             free = dict(node.allocatable)
             for pod in holding:
                 for resource, amount in pod.requests.items():
