@@ -159,13 +159,14 @@ class Reflector:
             self._backoff = min(self._backoff * 2, MAX_BACKOFF_SECONDS)
 
     def _not_served(self, exc: ApiError) -> None:
-        """Synced and empty: what the scheduler uses without this collection."""
+        """Synced and empty: what the scheduler uses without this collection
+        (emptied once: a look that finds it still absent changes nothing)."""
         if not self.absent:
             why = "may not be read (RBAC)" if exc.status == 403 else "are not served by the API server"
             log.warning("%s (%s) %s: running without them; looking again every %.0fs: %s", self.kind, self.path,
                         why, ABSENT_RECHECK_SECONDS, exc)
             self.absent = True
-        self.replace({})
+            self.replace({})
         self.error = ""
         self.synced.set()
 

@@ -294,6 +294,14 @@ def test_a_dra_collection_not_served_or_forbidden_counts_as_synced_and_empty_and
     monkeypatch.setattr(cache_module, "ABSENT_RECHECK_SECONDS", 0.01)
     relist(cache, "resourceslices", [dra.resource_slice(NODE, TOPOLOGY)])
     reflector: Reflector = next(r for r in cache.reflectors(NotServed(status)) if r.kind == "resourceslices")
+    replaced = 0
+    replace = reflector.replace
+
+    def counted(listed: dict) -> None:
+        nonlocal replaced
+        replaced += 1
+        replace(listed)
+    reflector.replace = counted
 
     async def run_a_while() -> None:
         task = asyncio.create_task(reflector.run())
@@ -305,6 +313,7 @@ def test_a_dra_collection_not_served_or_forbidden_counts_as_synced_and_empty_and
         asyncio.run(run_a_while())
     assert reflector.synced.is_set() and reflector.absent and reflector.error == ""
     assert cache.state.dra.slices == {}  # what it held is no longer known to be there
+    assert replaced == 1  # later looks change nothing (no wake-ups, no backoff resets)
     assert len([r for r in caplog.records if said in r.getMessage()]) == 1
     pods = next(r for r in cache.reflectors(NotServed(status)) if r.kind == "pods")
     assert not pods.optional  # the core collections are never optional
