@@ -455,13 +455,16 @@ class ClusterCache:
 
         def replace(listed: dict[str, Any]) -> None:
             held = _dra_held(self.state, kind)
-            for key in [key for key in held if key not in listed]:
+            gone = [key for key in held if key not in listed]
+            # as the watch would have: a new claim frees nothing; a changed or gone one may give devices back
+            self.capacity_freed |= bool(gone) or any(
+                held.get(key) != value and (key in held or kind != "resourceclaims") for key, value in listed.items())
+            for key in gone:
                 remove(self.state, key)
             for value in listed.values():
                 put(self.state, value)
             self._dra_synced(kind)
             self._recheck_topologies(kind)
-            self.capacity_freed = True
             self._notify()
         return replace
 

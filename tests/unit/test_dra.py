@@ -390,3 +390,13 @@ def test_on_a_node_whose_topology_is_refused_dra_gpus_take_no_flat_gpu_id(cache)
     assert node.topology is None and "describes 8 GPUs but the node allocates 10" in node.topology_error
     assert all(g.index is None for g in node.dra.gpus)
     assert cache.state.room(NODE).free == 0b11_1111  # the device plugin's 6, by count and id
+
+
+def test_a_relist_of_claims_frees_capacity_only_when_a_claim_changed_or_went(cache):
+    listed(cache, nodes=[node_json()], slices=[dra.resource_slice(NODE, TOPOLOGY)],
+           claims=[claim_json("a", [device(0)])])
+    cache.drain_changes()
+    relist(cache, "resourceclaims", [claim_json("a", [device(0)]), claim_json("new")])
+    assert cache.drain_changes()[1] is False
+    relist(cache, "resourceclaims", [claim_json("new")])
+    assert cache.drain_changes()[1] is True
