@@ -100,6 +100,10 @@ def test_dra_gpus_are_inventoried_mapped_counted_in_use_and_rebuilt_after_a_rest
 
     proc = start_scheduler()
     wait_for("DRA GPUs in the pool metrics", lambda: (pool_gpus(proc, "allocated"), pool_gpus(proc, "free")) == (3, 13))
+    wait_for("the verdict says why", lambda: any(
+        e["reason"] == "FailedScheduling" and f"2 {REASON_DRA_ONLY}" in e["message"]
+        for e in env.kube.get(f"/api/v1/namespaces/{env.namespace}/events")["items"]
+        if e["involvedObject"]["name"] == "waiter"))
     proc.kill()
     proc = start_scheduler()  # rebuilt from the claims alone
     wait_for("the same after a restart", lambda: (pool_gpus(proc, "allocated"), pool_gpus(proc, "free")) == (3, 13))
