@@ -40,7 +40,9 @@ async def _explain(args: argparse.Namespace) -> int:
             try:
                 await reflector.list_once()
             except ApiError as exc:
-                if not (exc.not_found and reflector.kind == "podgroups"):
+                if reflector.optional and exc.status in (403, 404):  # DRA not served, or not ours to read
+                    reflector.replace({})
+                elif not (exc.not_found and reflector.kind == "podgroups"):
                     raise  # (not found: the CRD is not installed, so no PodGroups)
     except (ApiError, OSError, aiohttp.ClientError) as exc:
         print(f"batchsched: {target.source}: {exc}", file=sys.stderr)

@@ -13,6 +13,10 @@ plain maps it keeps what a cycle would otherwise recompute from every pod:
 * the pods terminating while they hold room, and our pending pods
   nominated to a node (preemption's holds);
 * the sum of every node's allocatable;
+* the DRA objects (``dra``: DeviceClasses, ResourceSlices, ResourceClaims
+  and assumed allocations, ``core/dra/state.py``): each node is held joined
+  with its DRA GPUs (``model.with_dra``), and a change to those, or to a
+  claim allocating or reserved for them, stamps the node;
 * a change clock: a change to a node, or to a pod bound there, stamps the
   node, so whoever keeps a ``mark`` learns which nodes changed since then
   (``changed_since``) in time proportional to the changes; a change to a
@@ -24,9 +28,13 @@ entries against the stamps kept here.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Collection, Iterable, Iterator, Mapping
 
-from batchsched.core.model import NodeInfo, PodInfo
+from batchsched.api.constants import GPU_RESOURCE
+from batchsched.core.dra.model import AllocatedDevice, DeviceClass, ResourceClaim, ResourceSlice
+from batchsched.core.dra.state import DraState
+from batchsched.core.model import NodeInfo, PodInfo, annotated_topology, with_dra
 from batchsched.core.resources import Resources
 from batchsched.core.topology.accounting import GpuRoom, room_of
 
@@ -34,7 +42,9 @@ from batchsched.core.topology.accounting import GpuRoom, room_of
 class ClusterState:
     def __init__(self, scheduler_name: str, nodes: Iterable[NodeInfo] = (), pods: Iterable[PodInfo] = ()):
         self.scheduler_name = scheduler_name
-        self.nodes: dict[str, NodeInfo] = {}  # read-only outside this class
+        self.nodes: dict[str, NodeInfo] = {}  # joined with their DRA GPUs; read-only outside this class
+        self._given: dict[str, NodeInfo] = {}  # the nodes as put (before the join)
+        self.dra = DraState()  # read-only outside this class
         self.pods: dict[str, PodInfo] = {}  # by uid; read-only outside this class
         self.total_allocatable: Resources = {}
         self.caches: dict[str, Any] = {}
@@ -62,16 +72,33 @@ class ClusterState:
         """Add or replace a node; one equal to the node held keeps the held
         object, so nothing derived from it is recomputed (a relist, a status
         heartbeat that changed nothing we read)."""
-        old = self.nodes.get(node.name)
+        old = self._given.get(node.name)
         if old is node or old == node:
+            return
+        self._given[node.name] = node
+        self._join(node.name)
+
+    def given_node(self, name: str) -> NodeInfo | None:
+        """The node as last put, before its DRA GPUs were joined."""
+        return self._given.get(name)
+
+    def _join(self, name: str) -> None:
+        """Hold the node joined with its DRA GPUs; a join equal to the node
+        held keeps the held object."""
+        given = self._given[name]
+        dra = self.dra.node_dra(name, annotated_topology(given)) if self.dra.has_slices(name) else None
+        node = with_dra(given, dra)
+        old = self.nodes.get(name)
+        if old == node:
             return
         if old is not None:
             self._add_total(old.allocatable, -1)
-        self.nodes[node.name] = node
+        self.nodes[name] = node
         self._add_total(node.allocatable, 1)
-        self._stamp_node(node.name)
+        self._stamp_node(name)
 
     def remove_node(self, name: str) -> None:
+        self._given.pop(name, None)
         old = self.nodes.pop(name, None)
         if old is not None:
             self._add_total(old.allocatable, -1)
@@ -96,6 +123,58 @@ class ClusterState:
             self._unindex(old)
             del self._seq[uid]
         return old
+
+    # ---- DRA --------------------------------------------------------------------
+
+    def put_device_class(self, device_class: DeviceClass) -> None:
+        self._dra_changed(self.dra.put_class(device_class), rejoin=True)
+
+    def remove_device_class(self, name: str) -> None:
+        self._dra_changed(self.dra.remove_class(name), rejoin=True)
+
+    def put_resource_slice(self, resource_slice: ResourceSlice) -> None:
+        self._dra_changed(self.dra.put_slice(resource_slice), rejoin=True)
+
+    def remove_resource_slice(self, name: str) -> None:
+        self._dra_changed(self.dra.remove_slice(name), rejoin=True)
+
+    def put_claim(self, claim: ResourceClaim) -> None:
+        old = self.dra.claims.get(claim.uid)
+        touched = set(self.dra.put_claim(claim))
+        self._dra_changed(touched | self._nodes_of(old) | self._nodes_of(claim))
+
+    def remove_claim(self, uid: str) -> None:
+        old = self.dra.claims.get(uid)
+        self._dra_changed(set(self.dra.remove_claim(uid)) | self._nodes_of(old))
+
+    def assume_allocation(self, claim_uid: str, devices: tuple[AllocatedDevice, ...]) -> None:
+        """Devices this scheduler is allocating to a claim: in use until the
+        claim shows them (or ``forget_allocation``); a relist keeps them."""
+        self._dra_changed(self.dra.assume_allocation(claim_uid, devices))
+
+    def forget_allocation(self, claim_uid: str) -> None:
+        self._dra_changed(self.dra.forget_allocation(claim_uid))
+
+    def dra_allocated(self, name: str) -> int:
+        """How many of the node's DRA GPUs are in use (allocated or assumed)."""
+        dra = self.nodes[name].dra
+        return self.dra.allocated(dra) if dra is not None else 0
+
+    def _nodes_of(self, claim: ResourceClaim | None) -> set[str]:
+        """Where the pods the claim is reserved for are bound (what DRA
+        serves them changes what they hold of the node's other GPUs)."""
+        if claim is None:
+            return set()
+        return {pod.node_name for uid in claim.reserved_for if (pod := self.pods.get(uid)) and pod.node_name}
+
+    def _dra_changed(self, nodes: Iterable[str], rejoin: bool = False) -> None:
+        """Stamp the nodes (of ours) a DRA change touched; ``rejoin``: their
+        DRA GPUs may have changed too."""
+        for name in nodes:
+            if name in self._given:
+                if rejoin:
+                    self._join(name)
+                self._stamp_node(name)
 
     # ---- per node ---------------------------------------------------------------
 
@@ -122,7 +201,8 @@ class ClusterState:
 
     def free(self, node_name: str) -> Resources:
         """The node's allocatable less what its bound, non-terminal pods
-        request (terminating pods still hold theirs).  Shared: do not mutate."""
+        request (terminating pods still hold theirs), less what DRA serves
+        them (docs/dra.md).  Shared: do not mutate."""
         return self._derive(node_name)[1]
 
     def room(self, node_name: str) -> GpuRoom | None:
@@ -135,12 +215,24 @@ class ClusterState:
         if derived is None or derived[0] != stamp:
             node = self.nodes[name]
             holding = [p for p in self.bound_pods(name) if p.holds_resources]
+            if node.dra is not None:  # only DRA GPUs can serve a pod's nvidia.com/gpu instead
+                holding = [self._device_plugin_share(p, node) for p in holding]
             free = dict(node.allocatable)
             for pod in holding:
                 for resource, amount in pod.requests.items():
                     free[resource] = free.get(resource, 0) - amount
             derived = self._derived[name] = (stamp, free, room_of(node, holding))
         return derived
+
+    def _device_plugin_share(self, pod: PodInfo, node: NodeInfo) -> PodInfo:
+        """The pod as it weighs on the node's device-plugin GPUs: its
+        nvidia.com/gpu less the node's DRA GPUs its claims hold (counted
+        once, as DRA devices in use)."""
+        served = self.dra.served_gpus(pod.uid, node.dra)
+        asked = pod.requests.get(GPU_RESOURCE, 0)
+        if not served or not asked:
+            return pod
+        return replace(pod, requests={**pod.requests, GPU_RESOURCE: max(0, asked - served)})
 
     # ---- per gang ---------------------------------------------------------------
 

@@ -15,7 +15,7 @@ from batchsched.api import constants
 from batchsched.core import resources as res
 from batchsched.core.gangs import GangIndex
 from batchsched.core.model import NodeInfo, TopologyPolicy
-from batchsched.core.placement.fit import fit_reasons
+from batchsched.core.placement.fit import resource_reasons, static_reasons
 from batchsched.core.placement.gpus import pick_gpus, static_reason
 from batchsched.core.snapshot import Snapshot
 from batchsched.core.topology.accounting import GpuRoom, gpu_rooms
@@ -102,7 +102,15 @@ def explain_gang(snapshot: Snapshot, gang_key: str) -> Report:
                f"{sum(max(0, free[n.name].get(constants.GPU_RESOURCE, 0)) for n in advertising)} free)")
     if len(gpu_asked) < len(gang.pending):
         report.add(_no_gpu_asked(gang.pending))
-    if gpu_asked and not advertising:
+    dra = _dra_checklist(snapshot)
+    report.data["gpuChecklist"]["dra"] = dra
+    if dra["nodes"]:
+        report.add(f"  nodes serving {constants.GPU_RESOURCE} through DRA: {len(dra['nodes'])} "
+                   f"({dra['devices']} devices, {dra['allocated']} allocated; "
+                   "this version hands none to pods)")
+    for name, why in sorted(dra["unsupportedClasses"].items()):
+        report.add(f"  -> DeviceClass {name} ({constants.GPU_RESOURCE}) is not read: {why}")
+    if gpu_asked and not advertising and not dra["nodes"]:
         report.add("  -> no node advertises GPUs: is the NVIDIA device plugin running on the GPU nodes?")
 
     rooms = gpu_rooms(snapshot)
@@ -119,8 +127,10 @@ def explain_gang(snapshot: Snapshot, gang_key: str) -> Report:
         fitting = 0
         for name in sorted(snapshot.nodes):
             node = snapshot.nodes[name]
-            reasons = fit_reasons(pod, node, free[name]) or _topology_reasons(
-                node, rooms.get(name), pod.requests, gang.spec.topology)
+            # the order the planner checks in: static predicates, the node's GPU kind, counts, GPU choice
+            reasons = (static_reasons(pod, node) or _static_gpu_reasons(node, pod.requests, gang.spec.topology)
+                       or resource_reasons(pod.requests, free[name])
+                       or _topology_reasons(node, rooms.get(name), pod.requests, gang.spec.topology))
             if reasons:
                 report.add(f"  {name}: " + "; ".join(reasons))
                 nodes.append({"node": name, "fits": 0, "reasons": reasons})
@@ -146,6 +156,32 @@ def _concluded(report: Report, verdict: str) -> Report:
     report.data["verdict"] = report.verdict
     report.add(f"  {verdict}")
     return report
+
+
+def _dra_checklist(snapshot: Snapshot) -> dict[str, Any]:
+    """Each node's DRA GPUs: how many, how many allocated, where each sits on
+    the topology, and its GPUs from both sources (docs/dra.md)."""
+    state, nodes = snapshot.cluster, {}
+    for name in sorted(snapshot.nodes):
+        node = snapshot.nodes[name]
+        if node.dra is None:
+            continue
+        device_plugin = node.allocatable.get(constants.GPU_RESOURCE, 0)
+        nodes[name] = {
+            "devices": len(node.dra.gpus), "allocated": state.dra_allocated(name),
+            "devicePluginGpus": device_plugin, "gpus": device_plugin + len(node.dra.gpus),
+            "extendedResource": node.dra.extended,
+            "mapping": [{"device": g.device, "pool": g.pool, "driver": g.driver, "index": g.index,
+                         "by": g.mapped_by, "allocated": state.dra.in_use(g.key)} for g in node.dra.gpus],
+            "problems": list(node.dra.problems)}
+    return {"nodes": nodes, "devices": sum(n["devices"] for n in nodes.values()),
+            "allocated": sum(n["allocated"] for n in nodes.values()),
+            "unsupportedClasses": dict(state.dra.selection.unsupported)}
+
+
+def _static_gpu_reasons(node: NodeInfo, request: Mapping[str, int], policy: TopologyPolicy) -> list[str]:
+    why = static_reason(node, request, policy)
+    return [why] if why else []
 
 
 def _topology_reasons(node: NodeInfo, room: GpuRoom | None, request: Mapping[str, int],

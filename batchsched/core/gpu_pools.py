@@ -5,6 +5,9 @@ leftover of a node whose free GPUs are not a multiple of a whole-node pod's
 GPUs (8 by default: one HGX board; all the GPUs of a smaller node), and
 every free GPU of a node that takes no new pods (cordoned or not Ready).
 Stranded GPUs are counted in ``free`` too: they are free, just fragmented.
+A node's GPUs are those of its device plugin and those it serves through
+DRA (``NodeInfo.dra``); a DRA GPU is allocated when a claim holds it
+(docs/dra.md).
 
 The figures are read on every ``/metrics`` scrape, so :class:`GpuPoolTally`
 keeps them across reads and re-derives only the nodes changed since the
@@ -33,16 +36,23 @@ def stranded_gpus(node: NodeInfo, free: int, whole_pod_gpus: int = WHOLE_NODE_PO
     """How many of the ``free`` GPUs of ``node`` are stranded."""
     if node.unschedulable or not node.ready or free == 0:
         return free
-    return free % min(whole_pod_gpus, node.allocatable.get(GPU_RESOURCE, 0))
+    return free % min(whole_pod_gpus, node_gpu_count(node))
 
 
-def node_gpus(node: NodeInfo, free_gpus: int, whole_pod_gpus: int = WHOLE_NODE_POD_GPUS) -> PoolGpus | None:
-    """One node's figures, given its free GPUs (negative when overcommitted);
-    None for a node advertising no GPU."""
-    allocatable = node.allocatable.get(GPU_RESOURCE, 0)
+def node_gpu_count(node: NodeInfo) -> int:
+    """The device plugin's GPUs and the DRA GPUs of the node."""
+    return node.allocatable.get(GPU_RESOURCE, 0) + (len(node.dra.gpus) if node.dra is not None else 0)
+
+
+def node_gpus(node: NodeInfo, free_gpus: int, whole_pod_gpus: int = WHOLE_NODE_POD_GPUS,
+              dra_allocated: int = 0) -> PoolGpus | None:
+    """One node's figures, given its free device-plugin GPUs (negative when
+    overcommitted) and its DRA GPUs allocated; None for a node with no GPU."""
+    allocatable = node_gpu_count(node)
     if allocatable <= 0:
         return None
-    free = min(allocatable, max(0, free_gpus))
+    dra_free = allocatable - node.allocatable.get(GPU_RESOURCE, 0) - dra_allocated
+    free = min(allocatable, max(0, free_gpus) + max(0, dra_free))
     return PoolGpus(allocatable - free, free, stranded_gpus(node, free, whole_pod_gpus))
 
 
@@ -68,7 +78,7 @@ class GpuPoolTally:
                 self._add(*before, -1)
             node = cluster.nodes.get(name)
             figures = None if node is None else node_gpus(
-                node, cluster.free(name).get(GPU_RESOURCE, 0), self.whole_pod_gpus)
+                node, cluster.free(name).get(GPU_RESOURCE, 0), self.whole_pod_gpus, cluster.dra_allocated(name))
             if figures is not None:
                 pool = node.labels.get(self.pool_label) or NO_POOL
                 self._by_node[name] = (pool, figures)

@@ -6,6 +6,7 @@ is pure, so it lives here and is unit-tested like the rest of the core.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -14,6 +15,7 @@ from typing import Any, Mapping
 from batchsched.api import constants
 from batchsched.api.podgroup import PodGroupSpec, parse_spec
 from batchsched.core import resources as res
+from batchsched.core.dra.inventory import NodeDra
 from batchsched.core.resources import Resources
 from batchsched.core.topology.annotation import from_annotation
 from batchsched.core.topology.model import GpuTopology, TopologyError
@@ -182,6 +184,9 @@ class NodeInfo:
     # From the gpu-topology annotation; None: topology unknown, GPUs treated as flat.
     topology: GpuTopology | None = None
     topology_error: str = ""  # why a present annotation was not used
+    gpu_capacity: int = 0  # the device plugin's nvidia.com/gpu capacity (unhealthy GPUs too)
+    # Its DRA GPUs (ResourceSlices), joined by ClusterState (``with_dra``); None: none.
+    dra: NodeDra | None = None
 
 
 @dataclass(frozen=True)
@@ -397,7 +402,35 @@ def node_from_json(obj: Mapping[str, Any]) -> NodeInfo:
         ready=ready,
         topology=topology,
         topology_error=topology_error,
+        gpu_capacity=gpu_capacity,
     )
+
+
+def annotated_topology(node: NodeInfo) -> GpuTopology | None:
+    """The topology the node's annotation describes, whether or not its GPU
+    count matches what the node advertises (None: absent or invalid)."""
+    annotation = node.annotations.get(constants.GPU_TOPOLOGY_ANNOTATION)
+    if annotation is None:
+        return None
+    try:
+        return from_annotation(annotation)
+    except TopologyError:
+        return None
+
+
+def with_dra(node: NodeInfo, dra: NodeDra | None) -> NodeInfo:
+    """The node as the scheduler uses it: with its DRA GPUs, and its
+    topology checked against them and the device plugin's GPUs together
+    (a node may serve some GPUs each way)."""
+    if dra is None and node.dra is None:
+        return node
+    gpus = len(dra.gpus) if dra is not None else 0
+    topology, topology_error = _node_topology(
+        node.name, node.annotations.get(constants.GPU_TOPOLOGY_ANNOTATION), node.allocatable, node.gpu_capacity,
+        node.labels, gpus)
+    if topology is None and dra is not None and dra.mask:  # the GPUs are flat: no index means anything
+        dra = dataclasses.replace(dra, gpus=tuple(dataclasses.replace(g, index=None, mapped_by="") for g in dra.gpus))
+    return dataclasses.replace(node, dra=dra, topology=topology, topology_error=topology_error)
 
 
 def gpu_replicas(labels: Mapping[str, str]) -> int | None:
@@ -417,7 +450,7 @@ def has_mig_devices(labels: Mapping[str, str], allocatable: Mapping[str, int]) -
 
 
 def _node_topology(node_name: str, annotation: str | None, allocatable: Mapping[str, int], capacity: int,
-                   labels: Mapping[str, str]) -> tuple[GpuTopology | None, str]:
+                   labels: Mapping[str, str], dra_gpus: int = 0) -> tuple[GpuTopology | None, str]:
     """The node's topology, or None and why a present annotation is unusable.
 
     Each nvidia.com/gpu is one GPU, or one of ``replicas`` shares of one on
@@ -425,7 +458,7 @@ def _node_topology(node_name: str, annotation: str | None, allocatable: Mapping[
     and describe no more than the node has: its capacity (which counts
     unhealthy GPUs too), else its allocatable.  Where the count cannot tell
     (MIG devices, or sharing without a replica count), only the topology's
-    own bounds hold.
+    own bounds hold.  ``dra_gpus`` more GPUs are served through DRA.
     """
     if annotation is None:
         return None, ""
@@ -437,14 +470,16 @@ def _node_topology(node_name: str, annotation: str | None, allocatable: Mapping[
     replicas = gpu_replicas(labels)
     if replicas is None or has_mig_devices(labels, allocatable):
         return topology, ""
-    gpus = allocatable.get(constants.GPU_RESOURCE, 0)
+    gpus = allocatable.get(constants.GPU_RESOURCE, 0) + dra_gpus * replicas
+    capacity += dra_gpus * replicas
     shares = f" ({replicas} replicas per GPU)" if replicas > 1 else ""
+    through_dra = f", {dra_gpus} of them through DRA" if dra_gpus else ""
     if gpus > len(topology) * replicas:
         return None, (f"{where} describes {len(topology)} GPUs but the node allocates {gpus} "
-                      f"{constants.GPU_RESOURCE}{shares}")
+                      f"{constants.GPU_RESOURCE}{shares}{through_dra}")
     if len(topology) * replicas > max(gpus, capacity):
         return None, (f"{where} describes {len(topology)} GPUs, more than the node has: {max(gpus, capacity)} "
-                      f"{constants.GPU_RESOURCE}{shares}")
+                      f"{constants.GPU_RESOURCE}{shares}{through_dra}")
     return topology, ""
 
 

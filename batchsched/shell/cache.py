@@ -1,4 +1,5 @@
-"""Watch caches: list then watch pods, nodes, PodGroups and PriorityClasses.
+"""Watch caches: list then watch pods, nodes, PodGroups, PriorityClasses and
+the DRA objects (DeviceClasses, ResourceSlices, ResourceClaims).
 
 The cache is the scheduler's only state.  It holds core model objects (not
 client objects), applies the scheduler's *assumed* bindings on top of what the
@@ -19,7 +20,12 @@ Nothing ends a reflector but cancellation: an object that cannot be
 converted is reported (``on_bad_object``) and skipped, and any other
 exception while listing, watching or applying is logged and followed by a
 relist, the reflector counting as not synced (``error``) until that
-relist succeeds.
+relist succeeds.  An *optional* collection (the DRA ones) that the API
+server does not serve (404: resource.k8s.io/v1 off, or a cluster before
+1.34), or that the scheduler may not read (403: RBAC not updated), counts
+as synced and empty, said once in the log, and is listed again every
+``ABSENT_RECHECK_SECONDS``: the scheduler runs as it did without DRA rather
+than stall every gang for an inventory it can do without.
 """
 from __future__ import annotations
 
@@ -34,7 +40,10 @@ import aiohttp
 
 from batchsched.api import constants
 from batchsched.core.cluster import ClusterState
-from batchsched.core.model import GroupSpec, NodeInfo, PodInfo, group_from_json, node_from_json, pod_from_json
+from batchsched.core.dra import model as dra
+from batchsched.core.model import (
+    GroupSpec, NodeInfo, PodInfo, annotated_topology, group_from_json, node_from_json, pod_from_json,
+)
 from batchsched.core.snapshot import Snapshot
 from batchsched.core.text import clip
 from batchsched.shell.kube import ApiError, Kube
@@ -48,6 +57,8 @@ MIN_BACKOFF_SECONDS, MAX_BACKOFF_SECONDS = 0.2, 30.0
 # A refused PodGroup's reason goes into its status condition and an Event:
 # kept short whatever the object (hostile keys are echoed in the reason).
 MAX_PROBLEM_LENGTH = 2000
+# How often a collection the API server does not serve is looked for again.
+ABSENT_RECHECK_SECONDS = 60.0
 
 
 class Reflector:
@@ -60,8 +71,11 @@ class Reflector:
 
     def __init__(self, kube: Kube, path: str, kind: str,
                  convert: Callable[[dict], tuple[str, Any] | None], replace: Callable[[dict[str, Any]], None],
-                 apply: Callable[[str, dict], None], on_restart: Callable[[str, str], None] | None = None):
+                 apply: Callable[[str, dict], None], on_restart: Callable[[str, str], None] | None = None,
+                 optional: bool = False):
         self.kube, self.path, self.kind = kube, path, kind
+        self.optional = optional
+        self.absent = False  # an optional collection the API server does not serve
         self.convert, self.replace, self.apply = convert, replace, apply
         self.on_restart = on_restart or (lambda kind, why: None)
         self.page_size = LIST_PAGE_SIZE
@@ -113,6 +127,9 @@ class Reflector:
         while True:
             try:
                 resource_version = await self.list_once()
+                if self.absent:
+                    log.info("%s: now served; listed", self.kind)
+                    self.absent = False
                 self.error = ""
                 self.synced.set()
                 await self._watch(resource_version)
@@ -126,6 +143,10 @@ class Reflector:
                     log.info("%s watch expired (410 Gone); relisting", self.kind)
                     self.on_restart(self.kind, "gone")
                     continue
+                if self.optional and exc.status in (403, 404):
+                    self._not_served(exc)
+                    await asyncio.sleep(ABSENT_RECHECK_SECONDS)
+                    continue
                 log.warning("%s list/watch failed: %s; retrying in %.1fs", self.kind, exc, self._backoff)
                 self._failed(f"list/watch failed: {exc}")
             except (aiohttp.ClientError, asyncio.TimeoutError, OSError, json.JSONDecodeError) as exc:
@@ -136,6 +157,18 @@ class Reflector:
                 self._failed(f"cache update failed: {type(exc).__name__}: {exc}")
             await asyncio.sleep(self._backoff)
             self._backoff = min(self._backoff * 2, MAX_BACKOFF_SECONDS)
+
+    def _not_served(self, exc: ApiError) -> None:
+        """Synced and empty: what the scheduler uses without this collection
+        (emptied once: a look that finds it still absent changes nothing)."""
+        if not self.absent:
+            why = "may not be read (RBAC)" if exc.status == 403 else "are not served by the API server"
+            log.warning("%s (%s) %s: running without them; looking again every %.0fs: %s", self.kind, self.path,
+                        why, ABSENT_RECHECK_SECONDS, exc)
+            self.absent = True
+            self.replace({})
+        self.error = ""
+        self.synced.set()
 
     def _failed(self, why: str) -> None:
         self.error = clip(why, 300)
@@ -181,6 +214,13 @@ class ClusterCache:
         self.touched_gangs: set[str] = set()
         self.capacity_freed = False
         self.changed = asyncio.Event()
+        # node -> the topology problem last reported (reported once per new problem)
+        self.topology_reported: dict[str, str] = {}
+        # Nodes whose topology problem waits until the DRA collections are
+        # listed: their GPUs served through DRA count in the check.
+        self._unchecked_topology: dict[str, dict] = {}
+        self._dra_listed: set[str] = set()
+        self._listed_node_refs: dict[str, dict] = {}  # a node list's nodes, to name them in reports
         self.on_bad_object: Callable[[str, dict, str], None] = lambda kind, obj, why: None
         self.on_fixed_object: Callable[[str, dict, str, str], None] = lambda kind, obj, reason, message: None
         self.on_watch_restart: Callable[[str, str], None] = lambda kind, why: None
@@ -198,6 +238,8 @@ class ClusterCache:
             Reflector(kube, PODGROUPS_PATH, "podgroups", self._group_entry, self._replace_groups,
                       self._apply_group, restart),
             Reflector(kube, "/api/v1/pods", "pods", self._pod_entry, self._replace_pods, self._apply_pod, restart),
+            *(Reflector(kube, f"{dra.API_PATH}/{kind}", kind, self._dra_entry(kind), self._dra_replace(kind),
+                        self._dra_apply(kind), restart, optional=True) for kind in _DRA),
         ]
 
     def _notify(self) -> None:
@@ -318,18 +360,32 @@ class ClusterCache:
         labels = (obj.get("metadata") or {}).get("labels") or {}
         return all(labels.get(k) == v for k, v in self.node_selector.items())
 
-    def _convert_node(self, obj: dict, old: NodeInfo | None) -> NodeInfo | None:
+    def _convert_node(self, obj: dict) -> NodeInfo | None:
         try:
             node = node_from_json(obj)
         except Exception as exc:  # noqa: BLE001 - whatever a node holds, it alone is skipped
             log.warning("ignoring node %s: %r", (obj.get("metadata") or {}).get("name"), exc)
             self.on_bad_object("Node", obj, f"node not used: {type(exc).__name__}: {exc}")
             return None
-        if node.topology_error and (old is None or old.topology_error != node.topology_error):
-            # reported once per change of problem, not on every status update of the node
-            log.warning("%s; treating its GPUs as flat", node.topology_error)
-            self.on_bad_object("Node", obj, node.topology_error)
-        elif old is not None and old.topology_error and not node.topology_error:
+        return node
+
+    def _check_topology(self, name: str, obj: dict) -> None:
+        """Report the node's topology problem, counting its DRA GPUs; once
+        per new problem, not on every status update of the node.  A count
+        that does not match waits for the DRA collections to be listed."""
+        given = self.state.given_node(name)
+        if (len(self._dra_listed) < len(_DRA) and given is not None and given.topology_error
+                and annotated_topology(given) is not None):
+            self._unchecked_topology[name] = obj
+            return
+        node = self.nodes.get(name)
+        error = node.topology_error if node is not None else ""
+        if error and self.topology_reported.get(name) != error:
+            log.warning("%s; treating its GPUs as flat", error)
+            self.on_bad_object("Node", obj, error)
+        if error:
+            self.topology_reported[name] = error
+        elif self.topology_reported.pop(name, None) and node is not None:
             # an Event of its own, so the latest one about the node is not the old problem
             if node.topology is not None:
                 reason, message = "GpuTopologyAccepted", "its GPU topology is used"
@@ -338,41 +394,128 @@ class ClusterCache:
             message = f"annotation {constants.GPU_TOPOLOGY_ANNOTATION} of node {node.name}: {message}"
             log.info("%s", message)
             self.on_fixed_object("Node", obj, reason, message)
-        return node
 
     def _node_entry(self, obj: dict) -> tuple[str, NodeInfo] | None:
         """A listed node of ours; one equal to the node held is the held object."""
         if not self._selected(obj):
             return None
-        held = self.nodes.get((obj.get("metadata") or {}).get("name", ""))
-        node = self._convert_node(obj, held)
+        held = self.state.given_node((obj.get("metadata") or {}).get("name", ""))
+        node = self._convert_node(obj)
         if node is None:
             return None
+        meta = obj.get("metadata") or {}
+        self._listed_node_refs[node.name] = {"metadata": {"name": node.name, "uid": meta.get("uid", "")}}
         return node.name, held if held == node else node
 
     def _replace_nodes(self, listed: dict[str, NodeInfo]) -> None:
         for name in [name for name in self.nodes if name not in listed]:
             self.state.remove_node(name)
+            self.topology_reported.pop(name, None)
+        refs, self._listed_node_refs = self._listed_node_refs, {}
         for node in listed.values():
             self._put_node(node)
+            self._check_topology(node.name, refs.get(node.name, {"metadata": {"name": node.name}}))
         self._notify()
 
     def _apply_node(self, event_type: str, obj: dict) -> None:
         name = (obj.get("metadata") or {}).get("name", "")
         if event_type == "DELETED" or not self._selected(obj):
             self.state.remove_node(name)
+            self.topology_reported.pop(name, None)
         else:
-            node = self._convert_node(obj, self.nodes.get(name))
+            node = self._convert_node(obj)
             if node is None:
                 self.state.remove_node(name)  # what it held before is no longer known to be true
             else:
                 self._put_node(node)
+                self._check_topology(name, obj)
         self._notify()
 
     def _put_node(self, node: NodeInfo) -> None:
-        if self.nodes.get(node.name) != node:
+        if self.state.given_node(node.name) != node:
             self.capacity_freed = True
         self.state.put_node(node)
+
+    # ---- DRA: DeviceClasses, ResourceSlices, ResourceClaims ----------------------
+
+    def _dra_entry(self, kind: str) -> Callable[[dict], tuple[str, Any] | None]:
+        """A listed or changed DRA object.  One that does not convert is
+        reported and skipped, or, if an earlier version of it converted,
+        that version is kept: a claim's devices stay in use rather than be
+        handed out again on a bad write."""
+        convert, key_of, _, _ = _DRA[kind]
+
+        def entry(obj: dict) -> tuple[str, Any] | None:
+            try:
+                converted = convert(obj)
+            except Exception as exc:  # noqa: BLE001 - whatever it holds, this object alone is skipped
+                why = clip(f"{_DRA_KIND_NAMES[kind]} not used: {exc}", MAX_PROBLEM_LENGTH)
+                log.warning("ignoring %s %s: %s", kind, _name_of(obj), why)
+                self.on_bad_object(_DRA_KIND_NAMES[kind], obj, why)
+                key = _dra_key(kind, obj)
+                held = _dra_held(self.state, kind).get(key)
+                return None if held is None else (key, held)
+            return key_of(converted), converted
+        return entry
+
+    def _dra_replace(self, kind: str) -> Callable[[dict[str, Any]], None]:
+        _, _, put, remove = _DRA[kind]
+
+        def replace(listed: dict[str, Any]) -> None:
+            held = _dra_held(self.state, kind)
+            gone = [key for key in held if key not in listed]
+            # as the watch would have: a new claim frees nothing; a changed or gone one may give devices back
+            self.capacity_freed |= bool(gone) or any(
+                held.get(key) != value and (key in held or kind != "resourceclaims") for key, value in listed.items())
+            for key in gone:
+                remove(self.state, key)
+            for value in listed.values():
+                put(self.state, value)
+            self._dra_synced(kind)
+            self._recheck_topologies(kind)
+            self._notify()
+        return replace
+
+    def _dra_apply(self, kind: str) -> Callable[[str, dict], None]:
+        _, _, put, remove = _DRA[kind]
+        entry_of = self._dra_entry(kind)
+
+        def apply(event_type: str, obj: dict) -> None:
+            held = _dra_held(self.state, kind)
+            if event_type == "DELETED":
+                key, new = _dra_key(kind, obj), None
+                old = held.get(key)
+                remove(self.state, key)
+            else:
+                entry = entry_of(obj)
+                if entry is None:
+                    return
+                new, old = entry[1], held.get(entry[0])
+                put(self.state, new)
+            self._recheck_topologies(kind)
+            # a new claim frees nothing; a changed or gone one may give devices back
+            self.capacity_freed |= kind != "resourceclaims" or (old is not None and old != new)
+            self._notify()
+        return apply
+
+    def _dra_synced(self, kind: str) -> None:
+        """A DRA collection is listed: nodes whose topology check waited for
+        them are checked once all are."""
+        self._dra_listed.add(kind)
+        if len(self._dra_listed) == len(_DRA):
+            waiting, self._unchecked_topology = self._unchecked_topology, {}
+            for name, obj in waiting.items():
+                self._check_topology(name, obj)
+
+    def _recheck_topologies(self, kind: str) -> None:
+        """Slices or classes changed which GPUs nodes serve through DRA:
+        report a topology problem that appeared (a node's own events
+        report the rest)."""
+        if kind == "resourceclaims" or len(self._dra_listed) < len(_DRA):
+            return
+        for name, node in self.nodes.items():
+            if node.topology_error and node.topology_error != self.topology_reported.get(name):
+                self._check_topology(name, {"metadata": {"name": name}})
 
     # ---- PodGroups and PriorityClasses ---------------------------------------
 
@@ -512,3 +655,30 @@ class ClusterCache:
     @property
     def nodes(self) -> Mapping[str, NodeInfo]:
         return self.state.nodes
+
+
+def _name_of(obj: dict) -> str:
+    meta = obj.get("metadata") or {}
+    return clip(f"{meta.get('namespace') + '/' if meta.get('namespace') else ''}{meta.get('name')}", 300)
+
+
+# kind -> (convert, key of a converted object, put into and remove from the state)
+_DRA: dict[str, tuple[Callable, Callable, Callable, Callable]] = {
+    "deviceclasses": (dra.class_from_json, lambda c: c.name,
+                      ClusterState.put_device_class, ClusterState.remove_device_class),
+    "resourceslices": (dra.slice_from_json, lambda s: s.name,
+                       ClusterState.put_resource_slice, ClusterState.remove_resource_slice),
+    "resourceclaims": (dra.claim_from_json, lambda c: c.uid, ClusterState.put_claim, ClusterState.remove_claim),
+}
+_DRA_KIND_NAMES = {"deviceclasses": "DeviceClass", "resourceslices": "ResourceSlice",
+                   "resourceclaims": "ResourceClaim"}
+
+
+def _dra_key(kind: str, obj: dict) -> str:
+    """What a DRA object is held by, read from its JSON: claims by uid, the others by name."""
+    return str((obj.get("metadata") or {}).get("uid" if kind == "resourceclaims" else "name", ""))
+
+
+def _dra_held(state: ClusterState, kind: str) -> Mapping[str, Any]:
+    return {"deviceclasses": state.dra.classes, "resourceslices": state.dra.slices,
+            "resourceclaims": state.dra.claims}[kind]

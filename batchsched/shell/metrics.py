@@ -46,8 +46,9 @@ class _LiveState:
         yield depth
         pools = self.gpu_pools()
         for field, help_text in (
-                ("allocated", "GPUs held by bound, non-terminal pods, per node pool."),
-                ("free", "GPUs not held by any pod, per node pool (stranded ones included)."),
+                ("allocated", "GPUs held by bound, non-terminal pods, and DRA GPUs allocated to claims, per node "
+                              "pool."),
+                ("free", "GPUs not held by any pod or claim, per node pool (stranded ones included)."),
                 ("stranded", "Free GPUs no whole-node pod (8 GPUs, or all of a smaller node) can use, per "
                              "node pool: the remainder on partly used nodes and all free GPUs of cordoned or "
                              "NotReady nodes.")):

@@ -65,7 +65,8 @@ async def run_replica(kubeconfig: str | None, config: SchedulerConfig, context: 
 def _readiness(scheduler: Scheduler, elector: LeaderElector | None) -> Callable[[], str]:
     def not_ready() -> str:
         if not scheduler.ready.is_set():
-            return "watch caches not synced yet"
+            unsynced = [r.kind for r in scheduler.reflectors if not r.synced.is_set()]
+            return f"watch caches not synced yet ({', '.join(unsynced) or 'settling'})"
         out_of_step = [f"{r.kind} watch not synced since its last error ({r.error})"
                        for r in scheduler.reflectors if r.error]
         if out_of_step:

@@ -397,6 +397,11 @@ class Scheduler:
             ref, reason = group_ref(obj), "InvalidPodGroup"
         elif kind == "Node":
             ref, reason = node_ref(obj), "InvalidGpuTopology"
+        elif kind in ("DeviceClass", "ResourceSlice", "ResourceClaim"):
+            meta = obj.get("metadata") or {}
+            ref = {"apiVersion": "resource.k8s.io/v1", "kind": kind, "namespace": meta.get("namespace") or "",
+                   "name": meta.get("name", ""), "uid": meta.get("uid", "")}
+            reason = f"Invalid{kind}"
         else:
             meta = obj.get("metadata") or {}
             ref, reason = pod_ref(meta.get("namespace", ""), meta.get("name", ""), meta.get("uid", "")), "InvalidPod"

@@ -16,6 +16,10 @@ The policy (PodGroup ``spec.topologyPolicy``, docs/topology.md):
   ``single-numa-node``: the pod's GPUs, cpu and memory come from one NUMA
   node, where the topology says which that is.
 * ``exclusiveGpus``: nodes whose GPUs are shared are left out.
+
+A node whose GPUs all come through DRA (no device-plugin nvidia.com/gpu)
+takes no GPU pod yet: the kubelet would refuse one without an allocated
+claim, and allocating claims comes later (docs/dra.md).
 """
 from __future__ import annotations
 
@@ -33,6 +37,9 @@ from batchsched.core.topology.model import Link
 REASON_SHARED_GPUS = "node(s) had shared GPUs and the gang asks for exclusive ones"
 REASON_NO_NVLINK_SET = "node(s) had no free GPUs all joined by NVLink"
 REASON_NO_NUMA_FIT = "node(s) could not fit the pod's GPUs, cpu and memory in one NUMA node"
+# Not yet: binding there needs a claim allocated first (docs/dra.md).
+REASON_DRA_ONLY = (f"node(s) serve {constants.GPU_RESOURCE} through DRA only; "
+                   "this version does not allocate claims")
 
 SINGLE_NUMA_NODE = "single-numa-node"
 _NVLINK = Link("NV", 1).rank  # the weakest NVLink class
@@ -51,6 +58,9 @@ NO_GPU_IDS = GpuPick((), None, ())
 
 def static_reason(node: NodeInfo, request: Mapping[str, int], policy: TopologyPolicy) -> str:
     """Why the node is out for this gang whatever is free there ("" if it is not)."""
+    if (request.get(constants.GPU_RESOURCE, 0) and node.dra is not None
+            and not node.allocatable.get(constants.GPU_RESOURCE, 0)):
+        return REASON_DRA_ONLY
     if policy.exclusive_gpus and request.get(constants.GPU_RESOURCE, 0) and gpus_shared(node):
         return REASON_SHARED_GPUS
     return ""

@@ -11,7 +11,9 @@ its predecessor handed out.
   topology's GPUs, or ``0..allocatable-1`` when the topology is unknown
   (up to ``MAX_GPU_ID``; a larger count is bogus and goes by count only).
   GPUs that are shared (time-slicing, MPS, replicas > 1) or carved into MIG
-  devices have none; pods get them by count only.
+  devices have none; pods get them by count only.  The topology's GPUs
+  served through DRA (``NodeInfo.dra``, docs/dra.md) are never in the room:
+  device-plugin pods cannot get them, and claims account for them.
 * NUMA (topology-known nodes): each NUMA node gets a share of the node's
   allocatable cpu (its CPUs over all CPUs) and memory (its declared memory,
   else the cpu share).  A pod whose GPUs all sit in one NUMA node is charged
@@ -155,7 +157,7 @@ def room_of(node: NodeInfo, holding: Iterable[PodInfo]) -> GpuRoom | None:
     ids, capacity = gpu_id_count(node), numa_capacity(node)
     if not (ids or capacity):
         return None
-    room = GpuRoom((1 << ids) - 1, capacity, capacity)
+    room = GpuRoom(((1 << ids) - 1) & ~(node.dra.mask if node.dra is not None else 0), capacity, capacity)
     for pod in holding:
         asked = pod.requests.get(constants.GPU_RESOURCE, 0)
         named = [g for g in sorted(set(pod.gpu_ids)) if room.free >> g & 1][:asked]  # in range, unclaimed

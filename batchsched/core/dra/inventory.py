@@ -1,0 +1,196 @@
+"""Which devices of a node are GPUs, and which topology GPU each one is.
+
+A device is a GPU when a rule selects it:
+
+* NVIDIA's driver, always: driver ``gpu.nvidia.com``, attribute ``type``
+  ``gpu`` (or none); MIG devices (``type: mig``) are not whole GPUs;
+* a DeviceClass with ``extendedResourceName: nvidia.com/gpu`` whose
+  selectors this version reads: none at all (every device), or CEL
+  conjunctions of ``device.driver == "D"`` and
+  ``device.attributes["D"].NAME == "V"`` (NVIDIA's own class is written so).
+  Any other expression marks the class unsupported, with the reason; its
+  devices are never guessed at (CEL comes with explicit claims, docs/dra.md).
+
+Each GPU maps to the node's topology (the gpu-topology annotation): by its
+``uuid`` attribute, else by ``resource.kubernetes.io/pciBusID``, else by
+order (device minor, ``gpu-<minor>``, against the topology's free indices).
+Order is used only where identity cannot tell: a device that publishes a
+uuid (or bus id) on a topology that records uuids (or bus ids) and matches
+none stays off the topology, reported, rather than be mapped to a GPU it
+may not be.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Iterable, Mapping
+
+from batchsched.api.constants import GPU_RESOURCE
+from batchsched.core.dra.model import PCI_BUS_ID_ATTRIBUTE, DeviceClass, ResourceSlice
+from batchsched.core.text import clip
+from batchsched.core.topology.model import GpuTopology
+
+NVIDIA_DRIVER = "gpu.nvidia.com"
+_QUOTED = r"""(?:'([^'\\]*)'|"([^"\\]*)")"""
+_DRIVER_TERM = re.compile(rf"device\.driver\s*==\s*{_QUOTED}")
+_ATTRIBUTE_TERM = re.compile(rf"device\.attributes\[\s*{_QUOTED}\s*\]\.([A-Za-z_][A-Za-z0-9_]*)\s*==\s*{_QUOTED}")
+_MINOR = re.compile(r"gpu-(\d{1,9})")
+_PCI = re.compile(r"(?:([0-9a-f]{1,8}):)?([0-9a-f]{1,2}):([0-9a-f]{1,2})\.([0-7])")
+
+
+@dataclass(frozen=True)
+class GpuRule:
+    """Devices of ``driver`` ("" = any) whose attributes equal ``attributes``
+    (qualified name -> string value)."""
+
+    driver: str = ""
+    attributes: tuple[tuple[str, str], ...] = ()
+    type_gpu_or_absent: bool = False  # NVIDIA's built-in rule: type "gpu", or none published
+
+    def selects(self, driver: str, attributes: Mapping[str, str | int | bool]) -> bool:
+        if self.driver and driver != self.driver:
+            return False
+        if self.type_gpu_or_absent and attributes.get("type", "gpu") != "gpu":
+            return False
+        return all(attributes.get(name) == value for name, value in self.attributes)
+
+
+NVIDIA_RULE = GpuRule(NVIDIA_DRIVER, type_gpu_or_absent=True)
+
+
+@dataclass(frozen=True)
+class GpuSelection:
+    rules: tuple[GpuRule, ...]  # NVIDIA's, then each supported GPU class's
+    extended_rules: tuple[GpuRule, ...]  # the supported classes with extendedResourceName nvidia.com/gpu
+    unsupported: Mapping[str, str]  # class name -> why its selectors are not read
+
+
+def class_rule(device_class: DeviceClass) -> GpuRule | str:
+    """The rule a class's selectors amount to, or why they are not read."""
+    driver, attributes = "", []
+    for expression in device_class.selectors:
+        for term in (t.strip() for t in expression.split("&&")):
+            if match := _DRIVER_TERM.fullmatch(term):
+                value = match.group(1) if match.group(1) is not None else match.group(2)
+                if driver and driver != value:
+                    return f"selects two drivers ({driver!r}, {clip(value, 60)!r})"
+                driver = value
+            elif match := _ATTRIBUTE_TERM.fullmatch(term):
+                domain = match.group(1) if match.group(1) is not None else match.group(2)
+                value = match.group(4) if match.group(4) is not None else match.group(5)
+                attributes.append((f"{domain}/{match.group(3)}", value))
+            else:
+                return (f"selector {clip(term, 80)!r} is not read by this version (it reads conjunctions of "
+                        "device.driver == \"D\" and device.attributes[\"D\"].NAME == \"V\")")
+    return GpuRule(driver, tuple(sorted(attributes)))
+
+
+def gpu_selection(classes: Iterable[DeviceClass]) -> GpuSelection:
+    rules, extended, unsupported = [NVIDIA_RULE], [], {}
+    for device_class in classes:
+        if device_class.extended_resource_name != GPU_RESOURCE:
+            continue
+        rule = class_rule(device_class)
+        if isinstance(rule, str):
+            unsupported[device_class.name] = rule
+        else:
+            rules.append(rule)
+            extended.append(rule)
+    return GpuSelection(tuple(rules), tuple(extended), unsupported)
+
+
+@dataclass(frozen=True)
+class DraGpu:
+    driver: str
+    pool: str
+    device: str  # gpu-<minor> for NVIDIA: the /dev minor, not the NVML index
+    index: int | None = None  # the topology's GPU; None: not on the topology
+    mapped_by: str = ""  # uuid | pciBusID | order ("" when unmapped)
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.driver, self.pool, self.device)
+
+
+@dataclass(frozen=True)
+class NodeDra:
+    """A node's DRA GPUs (whether in use is the claims' business, see state)."""
+
+    gpus: tuple[DraGpu, ...]
+    extended: bool  # a supported class with extendedResourceName nvidia.com/gpu selects some of them
+    problems: tuple[str, ...] = ()
+
+    @property
+    def mask(self) -> int:
+        """The topology indices the DRA GPUs are."""
+        return sum(1 << g.index for g in self.gpus if g.index is not None)
+
+
+def pci_key(text: object) -> tuple[int, ...] | None:
+    """A PCI address as numbers: nvidia-smi's 00000000:07:00.0 and the
+    standard attribute's 0000:07:00.0 name the same device."""
+    match = _PCI.fullmatch(text.strip().lower()) if isinstance(text, str) else None
+    return tuple(int(part or "0", 16) for part in match.groups()) if match else None
+
+
+def _minor_order(device: str) -> tuple:
+    match = _MINOR.fullmatch(device)
+    return (0, int(match.group(1)), device) if match else (1, 0, device)
+
+
+def node_dra(slices: Iterable[ResourceSlice], selection: GpuSelection, topology: GpuTopology | None) -> NodeDra | None:
+    """The node's DRA GPUs from its slices (the newest generation of each
+    pool only, as the allocator reads them); None when it has none."""
+    newest: dict[tuple[str, str], int] = {}
+    slices = list(slices)
+    for s in slices:
+        newest[(s.driver, s.pool)] = max(newest.get((s.driver, s.pool), 0), s.generation)
+    found: dict[tuple[str, str, str], tuple] = {}  # key -> (uuid, pci key)
+    extended = False
+    for s in slices:
+        if s.generation != newest[(s.driver, s.pool)]:
+            continue
+        for device in s.devices:
+            if any(rule.selects(s.driver, device.attributes) for rule in selection.rules):
+                found[(s.driver, s.pool, device.name)] = (device.attributes.get("uuid"),
+                                                          pci_key(device.attributes.get(PCI_BUS_ID_ATTRIBUTE)))
+                extended |= any(rule.selects(s.driver, device.attributes) for rule in selection.extended_rules)
+    if not found:
+        return None
+    keys = sorted(found, key=lambda k: (k[0], k[1], _minor_order(k[2])))
+    mapped, problems = _map(keys, found, topology)
+    gpus = tuple(DraGpu(*key, *mapped.get(key, (None, ""))) for key in keys)
+    return NodeDra(gpus, extended, tuple(problems))
+
+
+def _map(keys: list, identity: Mapping[tuple, tuple], topology: GpuTopology | None) -> tuple[dict, list[str]]:
+    if topology is None:
+        return {}, []
+    by_uuid = {g.uuid: g.index for g in topology.gpus if g.uuid}
+    by_pci = {pci: g.index for g in topology.gpus if (pci := pci_key(g.pci_bus_id)) is not None}
+    mapped: dict[tuple, tuple[int, str]] = {}
+    taken: set[int] = set()
+
+    def claim(key: tuple, index: int | None, how: str) -> None:
+        if index is not None and index not in taken and key not in mapped:
+            mapped[key] = (index, how)
+            taken.add(index)
+
+    for key in keys:
+        claim(key, by_uuid.get(identity[key][0]), "uuid")
+    for key in keys:
+        claim(key, by_pci.get(identity[key][1]), "pciBusID")
+    problems, free = [], [g.index for g in topology.gpus if g.index not in taken]
+    for key in keys:
+        if key in mapped:
+            continue
+        uuid, pci = identity[key]
+        if (uuid and by_uuid) or (pci and by_pci):
+            problems.append(f"device {key[2]} (pool {clip(key[1], 60)}) matches no GPU of the topology "
+                            "by uuid or pciBusID")
+        elif free:
+            claim(key, free.pop(0), "order")
+        else:
+            problems.append(f"device {key[2]} (pool {clip(key[1], 60)}) is beyond the topology's "
+                            f"{len(topology)} GPUs")
+    return mapped, problems

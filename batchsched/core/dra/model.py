@@ -1,0 +1,216 @@
+"""DeviceClasses, ResourceSlices and ResourceClaims as frozen model objects,
+converted once on arrival (like ``core/model.py`` for pods and nodes).
+
+Only what the inventory reads is kept.  Tenants write claims, admins write
+classes and slices; either may be hostile or broken, so every list and name
+is bounded by the API server's own limits (resource.k8s.io/v1 validation):
+an object beyond them is refused with a ``DraError`` naming the field, and
+the shell reports and skips it.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from batchsched.core.text import clip
+
+API_PATH = "/apis/resource.k8s.io/v1"
+EXTENDED_RESOURCE_CLAIM_ANNOTATION = "resource.kubernetes.io/extended-resource-claim"
+PCI_BUS_ID_ATTRIBUTE = "resource.kubernetes.io/pciBusID"
+
+# resource.k8s.io/v1 validation limits (k8s.io/api resource/v1 types.go)
+MAX_DEVICES_PER_SLICE = 128  # ResourceSliceMaxDevices
+MAX_ATTRIBUTES_PER_DEVICE = 32  # ResourceSliceMaxAttributesAndCapacitiesPerDevice
+MAX_RESULTS = 32  # AllocationResultsMaxSize
+MAX_RESERVED_FOR = 256  # ResourceClaimReservedForMaxSize
+MAX_SELECTORS = 32  # DeviceSelectorsMaxSize
+MAX_NAME = 253  # DNS subdomain: driver, pool, class, claim names
+MAX_DEVICE_NAME = 63  # DNS label
+MAX_ATTRIBUTE_VALUE = 64  # string and version attribute values
+MAX_EXPRESSION = 10 * 1024  # CELSelectorExpressionMaxLength
+
+_DEVICE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+
+
+class DraError(ValueError):
+    """An object the inventory cannot use; the message names the field."""
+
+
+@dataclass(frozen=True)
+class DeviceClass:
+    name: str
+    extended_resource_name: str = ""
+    selectors: tuple[str, ...] = ()  # CEL expressions, as written
+
+
+@dataclass(frozen=True)
+class Device:
+    name: str
+    attributes: Mapping[str, str | int | bool]  # the driver's own under both its short and its qualified name
+    capacity: Mapping[str, str]  # quantities, as written
+
+
+@dataclass(frozen=True)
+class ResourceSlice:
+    name: str
+    node: str  # spec.nodeName ("" for slices not tied to one node: not inventoried)
+    driver: str
+    pool: str
+    generation: int
+    slice_count: int
+    devices: tuple[Device, ...]
+
+
+@dataclass(frozen=True)
+class AllocatedDevice:
+    request: str
+    driver: str
+    pool: str
+    device: str
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.driver, self.pool, self.device)
+
+
+@dataclass(frozen=True)
+class ResourceClaim:
+    uid: str
+    namespace: str
+    name: str
+    allocated: tuple[AllocatedDevice, ...] = ()  # status.allocation.devices.results
+    reserved_for: tuple[str, ...] = ()  # uids of the pods in status.reservedFor
+    owner_pod: str = ""  # uid of its controlling Pod, if any
+    extended: bool = False  # made for a pod's extended resources (annotation)
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+def _text(value: Any, where: str, limit: int = MAX_NAME) -> str:
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise DraError(f"{where} must be a string")
+    if len(value) > limit:
+        raise DraError(f"{where} is longer than {limit} characters")
+    return value
+
+
+def _list(value: Any, where: str, limit: int) -> list:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise DraError(f"{where} must be a list")
+    if len(value) > limit:
+        raise DraError(f"{where} has {len(value)} entries, more than {limit}")
+    return value
+
+
+def _dict(value: Any, where: str) -> dict:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise DraError(f"{where} must be an object")
+    return value
+
+
+def _int(value: Any, where: str) -> int:
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**63:
+        raise DraError(f"{where} must be a non-negative integer")
+    return value
+
+
+def class_from_json(obj: Mapping[str, Any]) -> DeviceClass:
+    meta, spec = _dict(obj.get("metadata"), "metadata"), _dict(obj.get("spec"), "spec")
+    selectors = []
+    for k, raw in enumerate(_list(spec.get("selectors"), "spec.selectors", MAX_SELECTORS)):
+        cel = _dict(_dict(raw, f"spec.selectors[{k}]").get("cel"), f"spec.selectors[{k}].cel")
+        selectors.append(_text(cel.get("expression"), f"spec.selectors[{k}].cel.expression", MAX_EXPRESSION))
+    return DeviceClass(_text(meta.get("name"), "metadata.name"),
+                       _text(spec.get("extendedResourceName"), "spec.extendedResourceName"), tuple(selectors))
+
+
+def _attribute(raw: Any, where: str) -> str | int | bool:
+    """A DeviceAttribute: exactly one of int, bool, string, version."""
+    raw = _dict(raw, where)
+    if len(raw) != 1:
+        raise DraError(f"{where} must hold exactly one of int, bool, string, version")
+    kind, value = next(iter(raw.items()))
+    if kind == "int" and isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if kind == "bool" and isinstance(value, bool):
+        return value
+    if kind in ("string", "version") and isinstance(value, str):
+        return _text(value, where, MAX_ATTRIBUTE_VALUE)
+    raise DraError(f"{where} has an unknown or mistyped value {clip(str(kind), 40)!r}")
+
+
+def _device(raw: Any, driver: str, where: str) -> Device:
+    raw = _dict(raw, where)
+    name = _text(raw.get("name"), f"{where}.name", MAX_DEVICE_NAME)
+    if not _DEVICE_NAME.fullmatch(name):
+        raise DraError(f"{where}.name {clip(name, 70)!r} is not a DNS label")
+    raw_attributes = _dict(raw.get("attributes"), f"{where}.attributes")
+    raw_capacity = _dict(raw.get("capacity"), f"{where}.capacity")
+    if len(raw_attributes) + len(raw_capacity) > MAX_ATTRIBUTES_PER_DEVICE:
+        raise DraError(f"{where} has more than {MAX_ATTRIBUTES_PER_DEVICE} attributes and capacities")
+    attributes: dict[str, str | int | bool] = {}
+    for key, value in raw_attributes.items():
+        key = _text(key, f"{where}.attributes key")
+        attributes[key] = _attribute(value, f"{where}.attributes[{key}]")
+        # an unqualified name is the driver's own: readable both ways
+        if "/" not in key:
+            attributes.setdefault(f"{driver}/{key}", attributes[key])
+        elif key.startswith(driver + "/"):
+            attributes.setdefault(key[len(driver) + 1:], attributes[key])
+    capacity = {_text(key, f"{where}.capacity key"): _text(_dict(value, f"{where}.capacity[{key}]").get("value"),
+                                                          f"{where}.capacity[{key}].value", MAX_ATTRIBUTE_VALUE)
+                for key, value in raw_capacity.items()}
+    return Device(name, attributes, capacity)
+
+
+def slice_from_json(obj: Mapping[str, Any]) -> ResourceSlice:
+    meta, spec = _dict(obj.get("metadata"), "metadata"), _dict(obj.get("spec"), "spec")
+    pool = _dict(spec.get("pool"), "spec.pool")
+    driver = _text(spec.get("driver"), "spec.driver")
+    raw_devices = _list(spec.get("devices"), "spec.devices", MAX_DEVICES_PER_SLICE)
+    devices = tuple(_device(raw, driver, f"spec.devices[{k}]") for k, raw in enumerate(raw_devices))
+    if len({d.name for d in devices}) != len(devices):
+        raise DraError("spec.devices names a device twice")
+    return ResourceSlice(_text(meta.get("name"), "metadata.name"), _text(spec.get("nodeName"), "spec.nodeName"),
+                         driver, _text(pool.get("name"), "spec.pool.name"),
+                         _int(pool.get("generation"), "spec.pool.generation"),
+                         _int(pool.get("resourceSliceCount"), "spec.pool.resourceSliceCount"), devices)
+
+
+def claim_from_json(obj: Mapping[str, Any]) -> ResourceClaim:
+    meta, status = _dict(obj.get("metadata"), "metadata"), _dict(obj.get("status"), "status")
+    devices = _dict(_dict(status.get("allocation"), "status.allocation").get("devices"),
+                    "status.allocation.devices")
+    allocated = []
+    for k, raw in enumerate(_list(devices.get("results"), "status.allocation.devices.results", MAX_RESULTS)):
+        where = f"status.allocation.devices.results[{k}]"
+        raw = _dict(raw, where)
+        allocated.append(AllocatedDevice(_text(raw.get("request"), f"{where}.request"),
+                                         _text(raw.get("driver"), f"{where}.driver"),
+                                         _text(raw.get("pool"), f"{where}.pool"),
+                                         _text(raw.get("device"), f"{where}.device", MAX_DEVICE_NAME)))
+    reserved = []
+    for k, raw in enumerate(_list(status.get("reservedFor"), "status.reservedFor", MAX_RESERVED_FOR)):
+        raw = _dict(raw, f"status.reservedFor[{k}]")
+        if raw.get("resource") == "pods" and not raw.get("apiGroup"):
+            reserved.append(_text(raw.get("uid"), f"status.reservedFor[{k}].uid"))
+    owner = ""
+    for k, raw in enumerate(_list(meta.get("ownerReferences"), "metadata.ownerReferences", MAX_RESERVED_FOR)):
+        raw = _dict(raw, f"metadata.ownerReferences[{k}]")
+        if raw.get("controller") is True and raw.get("kind") == "Pod" and raw.get("apiVersion") == "v1":
+            owner = _text(raw.get("uid"), f"metadata.ownerReferences[{k}].uid")
+    annotations = _dict(meta.get("annotations"), "metadata.annotations")
+    return ResourceClaim(_text(meta.get("uid"), "metadata.uid"), _text(meta.get("namespace"), "metadata.namespace"),
+                         _text(meta.get("name"), "metadata.name"), tuple(allocated), tuple(reserved), owner,
+                         annotations.get(EXTENDED_RESOURCE_CLAIM_ANNOTATION) == "true")

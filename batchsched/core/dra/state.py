@@ -1,0 +1,165 @@
+"""The DRA objects the scheduler knows, and which devices are in use.
+
+``DraState`` is kept by ``ClusterState`` (the one place objects change).
+Every change returns the nodes whose DRA picture it may have changed, so
+the cluster state stamps them and what is derived per node is recomputed.
+
+In use: every device named in any claim's ``status.allocation``, whoever
+allocated it (kube-scheduler, another scheduler, us), plus the allocations
+this scheduler *assumes*: written or being written, not yet seen in a
+claim.  Assumptions live beside the claims, so a relist of the claims never
+frees them; one ends when the claim is seen allocated, when the claim goes,
+or when its writer calls ``forget_allocation``.  After a restart, nothing
+but the claims is needed: their allocations are the truth.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from typing import Iterable
+
+from batchsched.core.dra.inventory import GpuSelection, NodeDra, gpu_selection, node_dra
+from batchsched.core.dra.model import AllocatedDevice, DeviceClass, ResourceClaim, ResourceSlice
+from batchsched.core.topology.model import GpuTopology
+
+DeviceKey = tuple[str, str, str]  # driver, pool, device
+
+
+class DraState:
+    def __init__(self) -> None:
+        self.classes: dict[str, DeviceClass] = {}
+        self.slices: dict[str, ResourceSlice] = {}
+        self.claims: dict[str, ResourceClaim] = {}  # by uid
+        self.assumed: dict[str, tuple[AllocatedDevice, ...]] = {}  # claim uid -> devices
+        self.selection: GpuSelection = gpu_selection(())
+        self._node_slices: dict[str, dict[str, None]] = {}  # node -> slice names
+        self._pool_nodes: dict[tuple[str, str], Counter] = {}  # (driver, pool) -> node -> slices
+        self._in_use: Counter = Counter()  # device key -> claims (and assumptions) holding it
+        self._reserved: dict[str, dict[str, None]] = {}  # pod uid -> claim uids reserved for it
+
+    # ---- classes and slices ----------------------------------------------------
+
+    def put_class(self, device_class: DeviceClass) -> Iterable[str]:
+        if self.classes.get(device_class.name) == device_class:
+            return ()
+        self.classes[device_class.name] = device_class
+        return self._reselect()
+
+    def remove_class(self, name: str) -> Iterable[str]:
+        return self._reselect() if self.classes.pop(name, None) is not None else ()
+
+    def _reselect(self) -> Iterable[str]:
+        self.selection = gpu_selection(self.classes.values())
+        return list(self._node_slices)
+
+    def put_slice(self, resource_slice: ResourceSlice) -> Iterable[str]:
+        old = self.slices.get(resource_slice.name)
+        if old == resource_slice:
+            return ()
+        touched = self._unindex_slice(old) if old is not None else []
+        self.slices[resource_slice.name] = resource_slice
+        node, pool = resource_slice.node, (resource_slice.driver, resource_slice.pool)
+        if node:
+            self._node_slices.setdefault(node, {})[resource_slice.name] = None
+            self._pool_nodes.setdefault(pool, Counter())[node] += 1
+            touched.append(node)
+        return touched
+
+    def remove_slice(self, name: str) -> Iterable[str]:
+        old = self.slices.pop(name, None)
+        return self._unindex_slice(old) if old is not None else ()
+
+    def _unindex_slice(self, old: ResourceSlice) -> list[str]:
+        if not old.node:
+            return []
+        names = self._node_slices[old.node]
+        names.pop(old.name, None)
+        if not names:
+            del self._node_slices[old.node]
+        nodes = self._pool_nodes[(old.driver, old.pool)]
+        nodes[old.node] -= 1
+        if nodes[old.node] <= 0:
+            del nodes[old.node]
+        if not nodes:
+            del self._pool_nodes[(old.driver, old.pool)]
+        return [old.node]
+
+    def has_slices(self, node: str) -> bool:
+        return node in self._node_slices
+
+    def node_dra(self, node: str, topology: GpuTopology | None) -> NodeDra | None:
+        """The node's DRA GPUs mapped onto ``topology``; None when it has none."""
+        names = self._node_slices.get(node)
+        if not names:
+            return None
+        return node_dra((self.slices[n] for n in names), self.selection, topology)
+
+    # ---- claims and assumed allocations ------------------------------------------
+
+    def put_claim(self, claim: ResourceClaim) -> set[str]:
+        old = self.claims.get(claim.uid)
+        if old == claim:
+            return set()
+        touched = self._unindex_claim(old) if old is not None else set()
+        self.claims[claim.uid] = claim
+        if claim.allocated and claim.uid in self.assumed:  # confirmed: stop assuming
+            touched |= self._hold(self.assumed.pop(claim.uid), -1)
+        touched |= self._hold(claim.allocated, 1)
+        for pod_uid in claim.reserved_for:
+            self._reserved.setdefault(pod_uid, {})[claim.uid] = None
+        return touched
+
+    def remove_claim(self, uid: str) -> set[str]:
+        old = self.claims.pop(uid, None)
+        touched = self._unindex_claim(old) if old is not None else set()
+        if uid in self.assumed:
+            touched |= self._hold(self.assumed.pop(uid), -1)
+        return touched
+
+    def _unindex_claim(self, old: ResourceClaim) -> set[str]:
+        for pod_uid in old.reserved_for:
+            claims = self._reserved.get(pod_uid)
+            if claims is not None:
+                claims.pop(old.uid, None)
+                if not claims:
+                    del self._reserved[pod_uid]
+        return self._hold(old.allocated, -1)
+
+    def assume_allocation(self, claim_uid: str, devices: tuple[AllocatedDevice, ...]) -> set[str]:
+        """This scheduler is writing ``devices`` into the claim: in use from now."""
+        touched = self.forget_allocation(claim_uid)
+        self.assumed[claim_uid] = devices
+        return touched | self._hold(devices, 1)
+
+    def forget_allocation(self, claim_uid: str) -> set[str]:
+        """The allocation is known not to have been written."""
+        devices = self.assumed.pop(claim_uid, None)
+        return self._hold(devices, -1) if devices else set()
+
+    def _hold(self, devices: Iterable[AllocatedDevice], sign: int) -> set[str]:
+        touched: set[str] = set()
+        for device in devices:
+            key = device.key
+            self._in_use[key] += sign
+            if self._in_use[key] <= 0:
+                del self._in_use[key]
+            touched.update(self._pool_nodes.get((device.driver, device.pool), ()))
+        return touched
+
+    # ---- reading ------------------------------------------------------------------
+
+    def in_use(self, key: DeviceKey) -> bool:
+        return key in self._in_use
+
+    def allocated(self, dra: NodeDra) -> int:
+        """How many of the node's DRA GPUs are in use."""
+        return sum(1 for gpu in dra.gpus if gpu.key in self._in_use)
+
+    def served_gpus(self, pod_uid: str, dra: NodeDra | None) -> int:
+        """The node's DRA GPUs allocated in claims reserved for the pod: the
+        part of its nvidia.com/gpu request that DRA, not the device plugin,
+        serves (a tenant who forges a claim only makes DRA GPUs look used)."""
+        claims = self._reserved.get(pod_uid)
+        if not claims or dra is None:
+            return 0
+        gpus = {gpu.key for gpu in dra.gpus}
+        return len({d.key for uid in claims for d in self.claims[uid].allocated if d.key in gpus})
