@@ -78,9 +78,15 @@ class ShapeView:
                 self.feasible.add(name)
         self._short: dict[str, list[str]] = {}  # feasible node -> resources it lacks
         self._short_counts: Counter = Counter()
+        # Empty nodes, for gangs that could never fit (gang.never_fits).
+        self._holds: dict[str, int] = {}  # feasible node -> how many such pods it holds empty
+        self.holds_when_empty = 0  # their sum
+        self._too_small: dict[str, list[str]] = {}  # feasible node -> what it lacks for one even empty
+        self.too_small_counts: Counter = Counter()
         self._heap: list[Entry] = []
         self._stash: list[Entry] = []  # popped by the current attempt
         for name in self.feasible:
+            self._file_empty(name)
             self._classify(name, push=False)
         heapq.heapify(self._heap)
 
@@ -132,6 +138,25 @@ class ShapeView:
                     counts.update(pick)
         return +counts  # drops the zero counts
 
+    def never_counts(self) -> Counter:
+        """Per-reason counts of the nodes that could not hold a pod of this
+        shape even empty (every node when ``holds_when_empty`` is 0)."""
+        return self._static_counts + self.too_small_counts
+
+    def _file_empty(self, name: str) -> None:
+        """Note how many pods of this shape feasible node ``name`` holds empty."""
+        allocatable = self._index.nodes[name].allocatable
+        holds = min((allocatable.get(k, 0) // v for k, v in self._wanted if v > 0), default=0)
+        self._holds[name] = holds
+        self.holds_when_empty += holds
+        if not holds:
+            self._too_small[name] = resource_reasons(self.request, allocatable)
+            self.too_small_counts.update(self._too_small[name])
+
+    def _unfile_empty(self, name: str) -> None:
+        self.holds_when_empty -= self._holds.pop(name, 0)
+        self.too_small_counts.subtract(self._too_small.pop(name, ()))
+
     def _classify(self, name: str, push: bool = True) -> None:
         """File a feasible node as fitting (heap) or short (reasons)."""
         short = self._short.pop(name, None)
@@ -162,6 +187,7 @@ class ShapeView:
         if reason is not None:
             self._static_counts[reason] -= 1
         self.feasible.discard(name)
+        self._unfile_empty(name)
         short = self._short.pop(name, None)
         if short:
             self._short_counts.subtract(short)
@@ -175,6 +201,7 @@ class ShapeView:
             self._static_counts[reason] += 1
         else:
             self.feasible.add(name)
+            self._file_empty(name)
             self._classify(name)
 
     def restore(self) -> None:
