@@ -24,7 +24,7 @@ from batchsched.core.config import CoreConfig
 from batchsched.core.gangs import Gang, GangIndex
 from batchsched.core.model import PodInfo
 from batchsched.core.placement.capacity import CapacityIndex, NodeEntry, cluster_capacity, kept_index
-from batchsched.core.placement.gang import NEVER_FITS, GangPlan, PlanFailure, plan_gang
+from batchsched.core.placement.gang import GangPlan, PlanFailure, min_resources_beyond, plan_gang
 from batchsched.core.preemption.plan import NominationHolds, NoPreemption, plan_preemption
 from batchsched.core.preemption.policy import PreemptionPolicy, PreemptionState
 from batchsched.core.queueing.queue import GangQueue, Reservation
@@ -221,11 +221,10 @@ def _try_gang(snapshot: Snapshot, gangs: GangIndex, key: str, queue: GangQueue, 
     held room lent to it for the attempt (for a failure to take back)."""
     now = snapshot.now
     gang = gangs[key]
-    too_big = _beyond_cluster(gang.spec.min_resources, cluster_total)
+    too_big = min_resources_beyond(gang, cluster_total)
     if too_big:
         queue.record_failure(key, now)
-        plan.verdicts[key] = Verdict(False, REASON_EXCEEDS_CAPACITY, (
-            f"{NEVER_FITS}: gang {key} minResources exceed the allocatable of all nodes together: {too_big}."))
+        plan.verdicts[key] = Verdict(False, REASON_EXCEEDS_CAPACITY, too_big)
         return
     own_holds = _released_for(withheld, holds.withheld(key)) if key in holds.claims else {}
     _give(capacity, own_holds, res.add)
@@ -376,13 +375,6 @@ def _drained_entry(snapshot: Snapshot, draining: Callable[[PodInfo], bool]) -> C
             room = room_of(snapshot.nodes[name], [p for p in holding if p.uid not in gone_uids])
         return free, room, tiebreak
     return entry
-
-
-def _beyond_cluster(min_resources: Mapping[str, int], capacity: Mapping[str, int]) -> str:
-    """Each resource the cluster lacks, as "nvidia.com/gpu 40 > 32"; "" if none."""
-    return ", ".join(
-        f"{name} {res.format_amount(name, min_resources[name])} > {res.format_amount(name, capacity.get(name, 0))}"
-        for name in sorted(res.fits(min_resources, capacity)))
 
 
 def _quorum_message(gang: Gang) -> str:

@@ -264,3 +264,12 @@ def test_one_index_across_many_gangs_matches_a_fresh_index_every_time():
             for name in free:
                 for resource, amount in free[name].items():
                     assert amount >= min(before[name].get(resource, 0), 0), (case, g, name, resource)
+
+
+def test_cordoned_or_not_ready_nodes_still_count_as_room_a_gang_may_get_back():
+    nodes = [node("a", gpu=8, unschedulable=True), node("b", gpu=8, ready=False)]
+    result, _ = plan(gang_pods("g", 2, gpu=8), 2, nodes)
+    assert isinstance(result, PlanFailure) and not result.never_fits
+    assert result.reason_counts == {"node(s) were unschedulable": 1, "node(s) were not ready": 1}
+    too_big, _ = plan(gang_pods("g", 3, gpu=8), 3, nodes)
+    assert too_big.never_fits and too_big.message.endswith("at most 2 fit: 3 pods like g-0: room for 2 on empty nodes.")

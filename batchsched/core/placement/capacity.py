@@ -29,12 +29,18 @@ from batchsched.api.constants import GPU_RESOURCE
 from batchsched.core import resources as res
 from batchsched.core.model import NodeInfo, PodInfo, TopologyPolicy
 from batchsched.core.cluster import ClusterState
-from batchsched.core.placement.fit import REASON_RESERVED, NodeFilter, placement_key, resource_reasons, static_reasons
+from batchsched.core.placement.fit import (
+    REASON_NOT_READY, REASON_RESERVED, REASON_UNSCHEDULABLE, NodeFilter, placement_key, resource_reasons,
+    static_reasons,
+)
 from batchsched.core.placement.gpus import GpuPick, pick_gpus, static_reason
 from batchsched.core.resources import Resources
 from batchsched.core.topology.accounting import GpuRoom
 
 Entry = tuple[tuple, str, int]  # (score, node name, node version)
+# Static reasons a node may lose soon (uncordoned, ready again): its room
+# still counts for a gang that could never fit (gang.never_fits).
+PASSING_REASONS = frozenset({REASON_UNSCHEDULABLE, REASON_NOT_READY})
 
 
 def pack_score(node: NodeInfo, request: Mapping[str, int], free: Mapping[str, int]) -> tuple:
@@ -69,6 +75,14 @@ class ShapeView:
         self._static: dict[str, str] = dict(verdict.rejected)  # node -> why it never fits this shape
         self._static_counts = Counter(verdict.rejected.values())
         self.feasible: set[str] = set()
+        # Empty nodes, for gangs that could never fit (gang.never_fits).
+        self._holds: dict[str, int] = {}  # node -> how many such pods it holds empty
+        self.holds_when_empty = 0  # their sum
+        self._too_small: dict[str, list[str]] = {}  # node -> what it lacks for one even empty
+        self.too_small_counts: Counter = Counter()
+        for name, reason in verdict.rejected.items():
+            if reason in PASSING_REASONS:
+                self._file_empty(name)
         for name in verdict.feasible:
             reason = static_reason(index.nodes[name], self.request, policy)
             if reason:
@@ -78,11 +92,6 @@ class ShapeView:
                 self.feasible.add(name)
         self._short: dict[str, list[str]] = {}  # feasible node -> resources it lacks
         self._short_counts: Counter = Counter()
-        # Empty nodes, for gangs that could never fit (gang.never_fits).
-        self._holds: dict[str, int] = {}  # feasible node -> how many such pods it holds empty
-        self.holds_when_empty = 0  # their sum
-        self._too_small: dict[str, list[str]] = {}  # feasible node -> what it lacks for one even empty
-        self.too_small_counts: Counter = Counter()
         self._heap: list[Entry] = []
         self._stash: list[Entry] = []  # popped by the current attempt
         for name in self.feasible:
@@ -140,11 +149,15 @@ class ShapeView:
 
     def never_counts(self) -> Counter:
         """Per-reason counts of the nodes that could not hold a pod of this
-        shape even empty (every node when ``holds_when_empty`` is 0)."""
-        return self._static_counts + self.too_small_counts
+        shape even empty (every node when ``holds_when_empty`` is 0), each
+        node once."""
+        counts = self._static_counts + self.too_small_counts
+        for name in self._holds.keys() & self._static.keys():  # counted as too small
+            counts[self._static[name]] -= 1
+        return +counts
 
     def _file_empty(self, name: str) -> None:
-        """Note how many pods of this shape feasible node ``name`` holds empty."""
+        """Note how many pods of this shape node ``name`` holds empty."""
         allocatable = self._index.nodes[name].allocatable
         holds = min((allocatable.get(k, 0) // v for k, v in self._wanted if v > 0), default=0)
         self._holds[name] = holds
@@ -196,12 +209,13 @@ class ShapeView:
             return
         reasons = static_reasons(self._pod, node)
         reason = reasons[0] if reasons else static_reason(node, self.request, self.policy)
+        if not reason or reason in PASSING_REASONS:
+            self._file_empty(name)
         if reason:
             self._static[name] = reason
             self._static_counts[reason] += 1
         else:
             self.feasible.add(name)
-            self._file_empty(name)
             self._classify(name)
 
     def restore(self) -> None:

@@ -34,6 +34,7 @@ from typing import Collection, Mapping, Sequence
 
 from batchsched.api.constants import GPU_RESOURCE
 from batchsched.core import resources as res
+from batchsched.core.gangs import Gang
 from batchsched.core.model import PodInfo, TopologyPolicy
 from batchsched.core.placement.capacity import CapacityIndex, ShapeView, shape_key
 from batchsched.core.placement.gpus import GpuPick
@@ -253,6 +254,17 @@ def _failure_message(gang_key: str, need: int, attempt: _Attempt, total_nodes: i
         message += ";"
     pod = attempt.failed_pod
     return f"{message} {explain(attempt.failure_counts or {}, total_nodes, pod.name if pod else '')}"
+
+
+def min_resources_beyond(gang: Gang, cluster_total: Mapping[str, int]) -> str:
+    """Why the gang's minResources exceed the allocatable of all nodes
+    together (a message starting with NEVER_FITS), or "" when they do not."""
+    asked = gang.spec.min_resources
+    beyond = ", ".join(f"{name} {res.format_amount(name, asked[name])} > "
+                       f"{res.format_amount(name, cluster_total.get(name, 0))}"
+                       for name in sorted(res.fits(asked, cluster_total)))
+    return (f"{NEVER_FITS}: gang {gang.key} minResources exceed the allocatable of all nodes together: "
+            f"{beyond}.") if beyond else ""
 
 
 def never_fits(pods: Sequence[PodInfo], need: int, capacity: CapacityIndex,
