@@ -298,7 +298,8 @@ def _never_fits(shapes: Sequence[_Shape], need: int, total_nodes: int,
                 short.append(f"{res.format_amount(name, sum(amounts))} {name}, the cluster has "
                              f"{res.format_amount(name, cluster_total.get(name, 0))} allocatable")
         if short:
-            return "they ask " + ("at least " if need < pending else "") + "; ".join(short)
+            return (("it asks " if need == 1 else "they ask ") + ("at least " if need < pending else "")
+                    + "; ".join(short))
     holdable = [min(len(s.pods), s.view.holds_when_empty) for s in shapes]
     if sum(holdable) >= need:
         return ""
@@ -313,7 +314,8 @@ def _never_fits(shapes: Sequence[_Shape], need: int, total_nodes: int,
                 counts = shape.view.never_counts()
                 parts.append(f"{like}: 0/{total_nodes} nodes could hold one even empty"
                              + (f": {_ranked(counts)}" if counts else ""))
-    return f"even with every node empty at most {sum(holdable)} fit: " + "; ".join(parts)
+    most = f"at most {sum(holdable)}" if sum(holdable) else "none"
+    return f"even with every node empty {most} fit: " + "; ".join(parts)
 
 
 def plan_gang(
