@@ -147,7 +147,7 @@ def explain_gang(snapshot: Snapshot, gang_key: str) -> Report:
         need = f"has its quorum bound; {len(gang.pending)} more pod(s) are placed as room allows"
     if gang.eligible:
         report.add(f"The gang {need}.")
-    never = _never_fits(snapshot, gang, free)
+    never = _never_fits(snapshot, gang, free, rooms)
     if never:
         report.data["neverFits"] = {"reason": REASON_EXCEEDS_CAPACITY, "message": never}
         report.add(never)
@@ -157,13 +157,14 @@ def explain_gang(snapshot: Snapshot, gang_key: str) -> Report:
     return report
 
 
-def _never_fits(snapshot: Snapshot, gang: Gang, free: Mapping[str, Mapping[str, int]]) -> str:
+def _never_fits(snapshot: Snapshot, gang: Gang, free: Mapping[str, Mapping[str, int]],
+                rooms: Mapping[str, GpuRoom]) -> str:
     """The cycle's ExceedsClusterCapacity message for the gang, "" if it might fit."""
     total = snapshot.cluster.total_allocatable
     beyond = min_resources_beyond(gang, total)
     if beyond or not gang.need or gang.need > len(gang.pending):
         return beyond
-    index = CapacityIndex(snapshot.nodes, dict(free))
+    index = CapacityIndex(snapshot.nodes, dict(free), rooms=dict(rooms))  # rooms: the GPU sets count too
     return never_fits(gang.pending, gang.need, index, gang.spec.topology, total)
 
 

@@ -56,11 +56,12 @@ def check_failure_counts_add_up(message: str, nodes: int) -> None:
     for part in re.findall(r"0/\d+ nodes could hold one even empty: ([^;]*?)\.?(?:;|$)", message):
         counts = [int(n) for n in re.findall(r"(?:^|, )(\d+) ", part)]
         assert all(0 < n <= nodes for n in counts) and sum(counts) >= nodes, message
-    places = re.search(r"the best plan found places (\d+) \(([^)]*)\); with (\d+) of them placed", message)
+    places = re.search(r"the best plan found places (\d+) \(([^)]*)\); with (\d+|none) of them placed", message)
     if places:
-        placed, before = int(places.group(1)), int(places.group(3))
+        placed, before = int(places.group(1)), int(places.group(3).replace("none", "0"))
         per_node = [int(n) for n in re.findall(r": (\d+)", places.group(2))]
-        assert sum(per_node) == placed and 0 < before <= placed < int(needs.group(1)), message
+        assert sum(per_node) == placed and 0 <= before <= placed < int(needs.group(1)), message
+        assert places.group(3) != "0", message
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -25,7 +25,7 @@ import heapq
 from collections import Counter
 from typing import Callable, Collection, Hashable, Mapping
 
-from batchsched.api.constants import GPU_RESOURCE
+from batchsched.api.constants import GPU_RESOURCE, TOPOLOGY_MANAGER_POLICY_LABEL
 from batchsched.core import resources as res
 from batchsched.core.model import NodeInfo, PodInfo, TopologyPolicy
 from batchsched.core.cluster import ClusterState
@@ -35,7 +35,7 @@ from batchsched.core.placement.fit import (
 )
 from batchsched.core.placement.gpus import GpuPick, pick_gpus, static_reason
 from batchsched.core.resources import Resources
-from batchsched.core.topology.accounting import GpuRoom
+from batchsched.core.topology.accounting import GpuRoom, gpu_id_count, room_of, topology_of
 
 Entry = tuple[tuple, str, int]  # (score, node name, node version)
 # Static reasons a node may lose soon (uncordoned, ready again): its room
@@ -80,6 +80,7 @@ class ShapeView:
         self.holds_when_empty = 0  # their sum
         self._too_small: dict[str, list[str]] = {}  # node -> what it lacks for one even empty
         self.too_small_counts: Counter = Counter()
+        self._refusals: dict[tuple, tuple] = {}  # board facts -> (its topology, _refusal_when_free)
         for name, reason in verdict.rejected.items():
             if reason in PASSING_REASONS:
                 self._file_empty(name)
@@ -158,13 +159,31 @@ class ShapeView:
 
     def _file_empty(self, name: str) -> None:
         """Note how many pods of this shape node ``name`` holds empty."""
-        allocatable = self._index.nodes[name].allocatable
-        holds = min((allocatable.get(k, 0) // v for k, v in self._wanted if v > 0), default=0)
+        node = self._index.nodes[name]
+        holds = min((node.allocatable.get(k, 0) // v for k, v in self._wanted if v > 0), default=0)
+        too_small = [] if holds else resource_reasons(self.request, node.allocatable)
+        if holds and self.request.get(GPU_RESOURCE, 0) and name in self._index.rooms:
+            refusal = self._refusal_when_free(node)
+            if refusal:
+                holds, too_small = 0, [refusal]
         self._holds[name] = holds
         self.holds_when_empty += holds
-        if not holds:
-            self._too_small[name] = resource_reasons(self.request, allocatable)
-            self.too_small_counts.update(self._too_small[name])
+        if too_small:
+            self._too_small[name] = too_small
+            self.too_small_counts.update(too_small)
+
+    def _refusal_when_free(self, node: NodeInfo) -> str:
+        """Why the policy finds no GPU set on ``node`` even with all its GPUs
+        free ("" if it does); kept per kind of board: it depends only on
+        these facts of the node."""
+        topology = topology_of(node)
+        key = (id(topology), gpu_id_count(node), node.allocatable.get(res.CPU), node.allocatable.get(res.MEMORY),
+               node.labels.get(TOPOLOGY_MANAGER_POLICY_LABEL))
+        known = self._refusals.get(key)
+        if known is None or known[0] is not topology:
+            pick = pick_gpus(node, room_of(node, ()), self.request, self.policy)
+            known = self._refusals[key] = (topology, pick if isinstance(pick, str) else "")
+        return known[1]
 
     def _unfile_empty(self, name: str) -> None:
         self.holds_when_empty -= self._holds.pop(name, 0)

@@ -249,7 +249,7 @@ def _failure_message(gang_key: str, need: int, attempt: _Attempt, total_nodes: i
             breakdown += f", {len(ranked) - BREAKDOWN_NODES} more node(s): "
             breakdown += str(sum(n for _, n in ranked[BREAKDOWN_NODES:]))
         message += (f"; the best plan found places {len(attempt.placed)} ({breakdown}); "
-                    f"with {attempt.placed_before_failure} of them placed,")
+                    f"with {attempt.placed_before_failure or 'none'} of them placed,")
     else:
         message += ";"
     pod = attempt.failed_pod
