@@ -24,7 +24,7 @@ from batchsched.core.config import CoreConfig
 from batchsched.core.gangs import Gang, GangIndex, foreign_note, members_selector
 from batchsched.core.model import PodInfo
 from batchsched.core.placement.capacity import CapacityIndex, NodeEntry, cluster_capacity, kept_index
-from batchsched.core.placement.gang import GangPlan, PlanFailure, plan_gang
+from batchsched.core.placement.gang import GangPlan, PlanFailure, min_resources_beyond, plan_gang
 from batchsched.core.preemption.plan import NominationHolds, NoPreemption, plan_preemption
 from batchsched.core.preemption.policy import PreemptionPolicy, PreemptionState
 from batchsched.core.queueing.queue import GangQueue, Reservation
@@ -35,6 +35,7 @@ from batchsched.core.topology.accounting import room_of
 
 REASON_SCHEDULED = "Scheduled"
 REASON_UNSCHEDULABLE = "Unschedulable"
+REASON_EXCEEDS_CAPACITY = "ExceedsClusterCapacity"  # could not fit even on empty nodes
 REASON_QUORUM_NOT_REACHED = "QuorumNotReached"
 REASON_SCHEDULE_TIMEOUT = "ScheduleTimeout"
 REASON_PARTIAL_TIMEOUT = "PartialGangTimeout"
@@ -221,17 +222,16 @@ def _try_gang(snapshot: Snapshot, gangs: GangIndex, key: str, queue: GangQueue, 
     held room lent to it for the attempt (for a failure to take back)."""
     now = snapshot.now
     gang = gangs[key]
-    too_big = _beyond_cluster(gang.spec.min_resources, cluster_total)
+    too_big = min_resources_beyond(gang, cluster_total)
     if too_big:
         queue.record_failure(key, now)
-        plan.verdicts[key] = Verdict(False, REASON_UNSCHEDULABLE, (
-            f"Gang {key} minResources exceed the allocatable of all nodes together: {too_big}."))
+        plan.verdicts[key] = Verdict(False, REASON_EXCEEDS_CAPACITY, too_big)
         return
     own_holds = _released_for(withheld, holds.withheld(key)) if key in holds.claims else {}
     _give(capacity, own_holds, res.add)
     holds_given.update(own_holds)
     result = plan_gang(gang.pending, gang.need, capacity, reserved=queue.reserved_against(key),
-                       **_topology_args(gang, config))
+                       cluster_total=cluster_total, **_topology_args(gang, config))
     if isinstance(result, PlanFailure):
         queue.record_failure(key, now)
         message = result.message
@@ -240,13 +240,14 @@ def _try_gang(snapshot: Snapshot, gangs: GangIndex, key: str, queue: GangQueue, 
                         f"waited for, or maxReservationSeconds={config.max_reservation_seconds:g}); it "
                         "gets none until its pods or PodGroup change.")
         nominated_before = len(plan.nominations)
-        if gang.need and preemption.enabled:
+        if gang.need and preemption.enabled and not result.never_fits:  # no eviction could make it fit
             message += " " + _preempt(snapshot, gangs, gang, preemption, preemption_state, capacity,
                                       holds.going_for(key), queue.reserved_against(key), evicting, plan)
         if len(plan.nominations) == nominated_before:
             _give(capacity, own_holds, res.subtract)  # its claims stand; new ones would replace them
             holds_given.clear()
-        plan.verdicts[key] = Verdict(False, REASON_UNSCHEDULABLE, message)
+        reason = REASON_EXCEEDS_CAPACITY if result.never_fits else REASON_UNSCHEDULABLE
+        plan.verdicts[key] = Verdict(False, reason, message)
         return
     queue.record_success(key)
     if result.unplaced:
@@ -375,13 +376,6 @@ def _drained_entry(snapshot: Snapshot, draining: Callable[[PodInfo], bool]) -> C
             room = room_of(snapshot.nodes[name], [p for p in holding if p.uid not in gone_uids])
         return free, room, tiebreak
     return entry
-
-
-def _beyond_cluster(min_resources: Mapping[str, int], capacity: Mapping[str, int]) -> str:
-    """Each resource the cluster lacks, as "nvidia.com/gpu 40 > 32"; "" if none."""
-    return ", ".join(
-        f"{name} {res.format_amount(name, min_resources[name])} > {res.format_amount(name, capacity.get(name, 0))}"
-        for name in sorted(res.fits(min_resources, capacity)))
 
 
 def _quorum_message(gang: Gang, scheduler_name: str) -> str:

@@ -13,9 +13,12 @@ from typing import Any, Mapping
 
 from batchsched.api import constants
 from batchsched.core import resources as res
-from batchsched.core.gangs import GangIndex
+from batchsched.core.cycle import REASON_EXCEEDS_CAPACITY
+from batchsched.core.gangs import Gang, GangIndex
 from batchsched.core.model import NodeInfo, TopologyPolicy
+from batchsched.core.placement.capacity import CapacityIndex
 from batchsched.core.placement.fit import resource_reasons, static_reasons
+from batchsched.core.placement.gang import min_resources_beyond, never_fits
 from batchsched.core.placement.gpus import pick_gpus, static_reason
 from batchsched.core.snapshot import Snapshot
 from batchsched.core.topology.accounting import GpuRoom, gpu_rooms
@@ -78,9 +81,11 @@ def explain_gang(snapshot: Snapshot, gang_key: str) -> Report:
                f", {gang.gated} gated)")
     if gang.problem is not None:
         report.data["problem"] = {"reason": gang.problem.reason, "message": gang.problem.message}
+        report.data["reason"] = gang.problem.reason
         return _concluded(report, f"cannot be scheduled: {gang.problem.reason}: {gang.problem.message}")
     if not gang.eligible:
         report.data["quorumReached"] = False
+        report.data["reason"] = "QuorumNotReached"
         report.verdict = (f"quorum not reached: {gang.active} active members, minMember {gang.min_member} "
                           "(members that Succeeded or Failed do not count)")
         report.add(f"  {report.verdict}")
@@ -141,14 +146,36 @@ def explain_gang(snapshot: Snapshot, gang_key: str) -> Report:
                 ids = f", GPUs {','.join(map(str, gpus.gpus))} for the first" if gpus.gpus else ""
                 report.add(f"  {name}: fits ({slots} such pod(s){ids})")
                 nodes.append({"node": name, "fits": slots, "reasons": [], "gpus": list(gpus.gpus)})
-        report.add(f"  => room for {fitting} such pod(s) now; the gang needs {gang.need} placed at once")
+        report.add(f"  => room for {fitting} such pod(s) now")
         report.data["shapes"].append({"pods": len(pods), "like": pod.name,
                                       "requests": {k: res.format_amount(k, v) for k, v in shape},
                                       "room": fitting, "nodes": nodes})
     rooms_text = ", ".join(f"{s['room']} like {s['like']}" for s in report.data["shapes"])
-    report.verdict = report.verdict or f"needs {gang.need} placed at once; room now for {rooms_text}"
+    if gang.need:
+        need = f"needs {gang.need} of its {len(gang.pending)} pending pod(s) placed at once"
+    else:  # the quorum is bound: nothing is needed at once
+        need = f"has its quorum bound; {len(gang.pending)} more pod(s) are placed as room allows"
+    if gang.eligible:
+        report.add(f"The gang {need}.")
+    never = _never_fits(snapshot, gang, free, rooms)
+    if never:
+        report.data["neverFits"] = {"reason": REASON_EXCEEDS_CAPACITY, "message": never}
+        report.add(never)
+        report.data.setdefault("reason", REASON_EXCEEDS_CAPACITY)
+    report.verdict = report.verdict or never or f"{need}; room now for {rooms_text}"
     report.data["verdict"] = report.verdict
     return report
+
+
+def _never_fits(snapshot: Snapshot, gang: Gang, free: Mapping[str, Mapping[str, int]],
+                rooms: Mapping[str, GpuRoom]) -> str:
+    """The cycle's ExceedsClusterCapacity message for the gang, "" if it might fit."""
+    total = snapshot.cluster.total_allocatable
+    beyond = min_resources_beyond(gang, total)
+    if beyond or not gang.need or gang.need > len(gang.pending):
+        return beyond
+    index = CapacityIndex(snapshot.nodes, dict(free), rooms=dict(rooms))  # rooms: the GPU sets count too
+    return never_fits(gang.pending, gang.need, index, gang.spec.topology, total)
 
 
 def _concluded(report: Report, verdict: str) -> Report:

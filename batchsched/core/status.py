@@ -71,19 +71,27 @@ def conditions_for(phase: str, verdict_reason: str, verdict_message: str,
                    scheduled_message: str = "") -> list[dict]:
     """The Scheduled and Unschedulable conditions (without timestamps).
 
+    A condition's reason never names the opposite of its status: a gang
+    whose quorum the last cycle placed, but whose bindings are not seen yet,
+    is ``Scheduled=False`` reason ``Binding``; one not failing to fit is
+    ``Unschedulable=False`` reason ``Schedulable`` (or what it waits for).
     Timestamps are added by the shell, which keeps lastTransitionTime stable
     while a condition's status does not change.
     """
-    scheduled = phase in ("Scheduled", "Running", "Succeeded")
-    if scheduled:
+    if phase in ("Scheduled", "Running", "Succeeded"):
         return [
             {"type": "Scheduled", "status": "True", "reason": "Scheduled",
              "message": scheduled_message or "minMember pods are bound"},
-            {"type": "Unschedulable", "status": "False", "reason": "Scheduled", "message": ""},
+            {"type": "Unschedulable", "status": "False", "reason": "Schedulable", "message": ""},
+        ]
+    if verdict_reason == "Scheduled":  # placed by the last cycle; its bindings are on their way
+        return [
+            {"type": "Scheduled", "status": "False", "reason": "Binding", "message": verdict_message},
+            {"type": "Unschedulable", "status": "False", "reason": "Schedulable", "message": ""},
         ]
     reason = verdict_reason or ("QuorumNotReached" if phase == "Pending" else "Waiting")
     return [
         {"type": "Scheduled", "status": "False", "reason": reason, "message": verdict_message},
-        {"type": "Unschedulable", "status": "True" if verdict_reason and verdict_reason != "Scheduled"
-         else "False", "reason": reason, "message": verdict_message},
+        {"type": "Unschedulable", "status": "True" if verdict_reason else "False", "reason": reason,
+         "message": verdict_message},
     ]

@@ -12,7 +12,8 @@ from typing import Callable
 from batchsched.api.podgroup import Condition, PodGroupStatus
 from batchsched.config import SchedulerConfig
 from batchsched.core.cycle import (
-    REASON_QUORUM_NOT_REACHED, REASON_SCHEDULE_TIMEOUT, REASON_UNSCHEDULABLE, CyclePlan, Verdict, schedule_cycle,
+    REASON_EXCEEDS_CAPACITY, REASON_QUORUM_NOT_REACHED, REASON_SCHEDULE_TIMEOUT, REASON_UNSCHEDULABLE, CyclePlan,
+    Verdict, schedule_cycle,
 )
 from batchsched.core.gangs import (
     REASON_FOREIGN_MEMBERS, effective_priority, foreign_members, foreign_note, foreign_pod_message,
@@ -231,7 +232,7 @@ class Scheduler:
         for verdict in plan.verdicts.values():
             if verdict.scheduled:
                 self.metrics.scheduling_attempts.labels(RESULT_SCHEDULED).inc()
-            elif verdict.reason == REASON_UNSCHEDULABLE:
+            elif verdict.reason in (REASON_UNSCHEDULABLE, REASON_EXCEEDS_CAPACITY):
                 self.metrics.scheduling_attempts.labels(RESULT_UNSCHEDULABLE).inc()
 
     def _spawn(self, coro) -> None:

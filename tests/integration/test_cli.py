@@ -136,8 +136,10 @@ def test_explain_forms_lone_pod_list_and_json(env, kubeconfig, tmp_path):
     listing = batchsched("explain", home=home)
     assert listing.returncode == 0, listing.stderr
     assert listing.stdout.splitlines() == [
-        f"{env.namespace}/pod:solo: needs 1 placed at once; room now for 0 like solo",
-        f"{env.namespace}/train: needs 2 placed at once; room now for 0 like train-0",
+        f"{env.namespace}/pod:solo: Exceeds cluster capacity: gang {env.namespace}/pod:solo needs 1 pod placed at "
+        "once; it asks 8 nvidia.com/gpu, the cluster has 4 allocatable.",
+        f"{env.namespace}/train: Exceeds cluster capacity: gang {env.namespace}/train needs 2 pods placed at once; "
+        "they ask 16 nvidia.com/gpu, the cluster has 4 allocatable.",
     ]
 
     data = json.loads(batchsched("explain", "-o", "json", "-n", env.namespace, "train", home=home).stdout)

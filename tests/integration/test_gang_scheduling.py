@@ -6,8 +6,11 @@ verdict on the gang (a condition), so no test waits on a fixed sleep.
 """
 from __future__ import annotations
 
+import json
 import os
 import random
+import subprocess
+import sys
 
 import pytest
 
@@ -69,7 +72,7 @@ def test_gangs_fit_whole_or_not_at_all_on_one_node(env, start_scheduler):
         env.create(pod(f"p2-{i}", env.namespace, group="p2", memory="100"))
     start_scheduler()
     wait_for("all of P1 bound", lambda: len(members_bound(env, "p1-")) == 3)
-    wait_unschedulable(env, "p2")
+    wait_unschedulable(env, "p2", "ExceedsClusterCapacity")  # 4 x 100 of 300
     assert members_bound(env, "p2-") == []
     assert_not_overcommitted(env)
 
@@ -118,8 +121,8 @@ def test_hopeless_gang_does_not_starve_a_later_small_one(env, start_scheduler):
     # reservations start at once, to show a hopeless head gang gets none
     start_scheduler(queue={"reservationAfterSeconds": 0, "initialBackoffSeconds": 0.2})
     wait_for("the small gang bound", lambda: members_bound(env, "small-") == ["small-0"])
-    c = wait_unschedulable(env, "big")
-    assert "Insufficient cpu" in c["message"]
+    c = wait_unschedulable(env, "big", "ExceedsClusterCapacity")
+    assert "they ask 24 cpu, the cluster has 12 allocatable" in c["message"], c["message"]
     assert members_bound(env, "big-") == []
 
 
@@ -178,14 +181,18 @@ def test_gpu_gang_binds_one_pod_per_node(env, start_scheduler):
 
 
 def test_gpu_gang_too_big_binds_nothing_and_names_the_shortage(env, start_scheduler):
-    for i in range(4):
-        env.add_node(f"gpu{i}", gpus=8)
-    make_gang(env, "train", 5, gpus=8, cpu="1")
+    nodes = [env.add_node(f"gpu{i}", gpus=8) for i in range(4)]
+    other = pod("other", env.namespace, gpus=4, cpu="1")  # another scheduler's, bound: half of one node
+    other["spec"]["nodeName"] = nodes[3]
+    env.create(other)
+    make_gang(env, "train", 4, gpus=8, cpu="1")
     start_scheduler()
     c = wait_unschedulable(env, "train")
-    assert "Insufficient nvidia.com/gpu" in c["message"]
-    assert "0/4 nodes are available" in c["message"], c["message"]
-    assert env.bound() == {}
+    assert c["message"].startswith(f"Gang {env.namespace}/train needs 4 pods placed at once; the best plan found "
+                                   "places 3 ("), c["message"]
+    assert c["message"].endswith("with 3 of them placed, 0/4 nodes are available for pod train-3: "
+                                 "4 Insufficient nvidia.com/gpu."), c["message"]
+    assert env.bound() == {"other": nodes[3]}
     events = env.kube.get(f"/api/v1/namespaces/{env.namespace}/events")["items"]
     assert any(e["reason"] == "FailedScheduling" and e["involvedObject"]["name"] == "train" for e in events)
 
@@ -201,7 +208,7 @@ def test_tainted_gpu_nodes_take_only_tolerating_selected_members(env, start_sche
     start_scheduler()
     wait_for("tolerating gang bound", lambda: len(members_bound(env, "ok-")) == 2)
     assert {env.bound()[f"ok-{i}"] for i in range(2)} <= gpu_nodes
-    c = wait_unschedulable(env, "notol")
+    c = wait_unschedulable(env, "notol", "ExceedsClusterCapacity")  # no node it may use, even empty
     assert "untolerated taint {nvidia.com/gpu: present}" in c["message"], c["message"]
     assert "didn't match Pod's node affinity/selector" in c["message"], c["message"]
     assert members_bound(env, "notol-") == []
@@ -274,9 +281,6 @@ def test_schedule_timeout_marks_the_gang_failed_and_stops_trying(env, start_sche
 
 def test_explain_answers_why_a_gang_is_pending_from_the_live_cluster(env):
     """`batchsched explain` reads the cluster itself (no scheduler needs to run)."""
-    import subprocess
-    import sys
-
     env.add_node("gpu0", gpus=8)
     env.add_node("cpu0", gpus=0)
     make_gang(env, "train", 2, gpus=8, cpu="1")
@@ -288,7 +292,35 @@ def test_explain_answers_why_a_gang_is_pending_from_the_live_cluster(env):
     assert "pods asking nvidia.com/gpu in limits: 2/2" in text
     assert f"{env.id}-cpu0: Insufficient nvidia.com/gpu" in text
     assert f"{env.id}-gpu0: fits (1 such pod(s), GPUs 0,1,2,3,4,5,6,7 for the first)" in text
-    assert "the gang needs 2 placed at once" in text
+    assert "The gang needs 2 of its 2 pending pod(s) placed at once." in text
+    assert text.rstrip().endswith(f"Exceeds cluster capacity: gang {env.namespace}/train needs 2 pods placed at "
+                                  "once; they ask 16 nvidia.com/gpu, the cluster has 8 allocatable."), text
+
+
+def test_a_gang_that_can_never_fit_says_so_and_the_gang_behind_it_binds(env, start_scheduler):
+    """24 GPUs asked of 2 x 8: the condition and explain give the same
+    distinct verdict, and the gang holds no reservation against others."""
+    for i in range(2):
+        env.add_node(f"gpu{i}", gpus=8)
+    make_gang(env, "huge", 3, gpus=8, cpu="1")
+    start_scheduler(queue={"reservationAfterSeconds": 0, "initialBackoffSeconds": 0.2})
+    c = wait_unschedulable(env, "huge", "ExceedsClusterCapacity")
+    expected = (f"Exceeds cluster capacity: gang {env.namespace}/huge needs 3 pods placed at once; "
+                "they ask 24 nvidia.com/gpu, the cluster has 16 allocatable.")
+    assert c["message"] == expected
+    group = env.podgroup("huge")
+    assert group["status"]["phase"] == "Queued"
+    assert condition(group, "Unschedulable")["status"] == "True"
+    assert condition(group, "Unschedulable")["reason"] == "ExceedsClusterCapacity"
+    make_gang(env, "small", 2, gpus=4, cpu="1")  # behind it in the queue, long after its reservation delay
+    wait_for("the small gang bound", lambda: members_bound(env, "small-") == ["small-0", "small-1"])
+    out = subprocess.run([sys.executable, "-m", "batchsched", "explain", "-o", "json", f"{env.namespace}/huge",
+                          "--kubeconfig", env.kubeconfig], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["verdict"] == expected
+    assert data["neverFits"] == {"reason": "ExceedsClusterCapacity", "message": expected}
+    assert members_bound(env, "huge-") == []
 
 
 def test_an_idle_cluster_costs_no_status_writes(env, start_scheduler):

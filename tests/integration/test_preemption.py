@@ -196,9 +196,12 @@ def test_lower_priority_gang_does_not_take_room_freed_for_a_preemptor(env, start
 # 7
 def test_gang_that_cannot_fit_even_after_evictions_evicts_nothing(env, start_scheduler):
     pc = Classes(env)
+    # 24 GPUs of 16: beyond the cluster, so no eviction is even planned
     inference = full_nodes_and_training_gang(env, pc, pc.low, size=3, gpus=8)
     start_scheduler(**preemption_config())
-    wait_verdict(env, "train", "would not fit even after evicting")
+    message = wait_verdict(env, "train", "they ask 24 nvidia.com/gpu, the cluster has 16 allocatable")
+    assert message.startswith("Exceeds cluster capacity:"), message
+    assert condition(env.podgroup("train"), "Unschedulable")["reason"] == "ExceedsClusterCapacity"
     assert alive(env, inference) == inference
 
 

@@ -122,6 +122,7 @@ def test_the_kept_capacity_index_equals_a_fresh_one_after_random_changes_and_com
                 assert heap_order(a) == heap_order(b), (step, shape.name, policy)
                 assert a.reason_counts((), {}, {}) == b.reason_counts((), {}, {})
                 assert a.feasible == b.feasible
+                assert (a.holds_when_empty, a.never_counts()) == (b.holds_when_empty, b.never_counts())
         # a plan committed in this cycle must not leak into the next one
         if names and rng.random() < 0.5:
             target = rng.choice(names)

@@ -43,8 +43,8 @@ def test_the_gang_that_fits_binds_whole_and_the_other_not_at_all():
         assert sorted(bound_names(plan)) == ["p1-0", "p1-1", "p1-2"]
         assert plan.verdicts["default/p1"].scheduled
         p2 = plan.verdicts["default/p2"]
-        assert (p2.scheduled, p2.reason) == (False, "Unschedulable")
-        assert "Insufficient memory" in p2.message and "needs 4 pods placed at once" in p2.message
+        assert (p2.scheduled, p2.reason) == (False, "ExceedsClusterCapacity")  # 4 x 100 of 300
+        assert "needs 4 pods placed at once" in p2.message
 
 
 def test_the_higher_priority_gang_goes_first():
@@ -100,7 +100,7 @@ def test_a_hopeless_gang_starves_no_one_even_after_the_reservation_delay():
     nodes = [node("a", cpu="6"), node("b", cpu="2"), node("c", cpu="2"), node("d", cpu="2")]
     snap = snapshot(nodes, gang_pods("hopeless", 6, cpu=4, created=0), [group("hopeless", min_member=6)])
     plan = schedule_cycle(snap, queue, CONFIG)
-    assert plan.bindings == [] and plan.verdicts["default/hopeless"].reason == "Unschedulable"
+    assert plan.bindings == [] and plan.verdicts["default/hopeless"].reason == "ExceedsClusterCapacity"
     for t in (30, 100, 200):
         snap = later(bind(snap, plan), t - (snap.now - T0), pod(f"solo-{t}", cpu=2, created=t))
         plan = schedule_cycle(snap, queue, CONFIG)
@@ -117,7 +117,10 @@ def test_whole_gpu_nodes_for_a_gang_that_fits_and_none_for_one_that_does_not():
     too_big = schedule_cycle(snapshot(nodes, gang_pods("five", 5, gpu=8), [group("five", min_member=5)]),
                              new_queue(), CONFIG)
     assert too_big.bindings == []
-    assert "Insufficient nvidia.com/gpu" in too_big.verdicts["default/five"].message
+    assert too_big.verdicts["default/five"].reason == "ExceedsClusterCapacity"
+    assert too_big.verdicts["default/five"].message == (
+        "Exceeds cluster capacity: gang default/five needs 5 pods placed at once; "
+        "they ask 40 nvidia.com/gpu, the cluster has 32 allocatable.")
 
 
 def test_tainted_gpu_nodes_take_the_tolerating_selected_gang_only():
@@ -145,7 +148,9 @@ def test_pods_of_other_schedulers_consume_capacity():
     snap = snapshot([node("n", cpu="8")], [theirs] + gang_pods("g", 2, cpu=2), [group("g", min_member=2)])
     plan = schedule_cycle(snap, new_queue(), CONFIG)
     assert plan.bindings == []
-    assert plan.verdicts["default/g"].message.startswith("0/1 nodes are available: 1 Insufficient cpu.")
+    assert plan.verdicts["default/g"].message == (
+        "Gang default/g needs 2 pods placed at once; the best plan found places 1 (n: 1); "
+        "with 1 of them placed, 0/1 nodes are available for pod g-1: 1 Insufficient cpu.")
 
 
 def test_gangs_in_one_cycle_never_share_capacity():
@@ -195,9 +200,9 @@ def test_min_resources_beyond_the_cluster_are_rejected_without_planning():
     nodes = [node(f"gpu-{i}", gpu=8) for i in range(4)]
     snap = snapshot(nodes, gang_pods("g", 2, gpu=1), [group("g", min_member=2, min_resources={"nvidia.com/gpu": 40})])
     verdict = schedule_cycle(snap, new_queue(), CONFIG).verdicts["default/g"]
-    assert verdict.reason == "Unschedulable"
-    assert verdict.message == ("Gang default/g minResources exceed the allocatable of all nodes together: "
-                               "nvidia.com/gpu 40 > 32.")
+    assert verdict.reason == "ExceedsClusterCapacity"
+    assert verdict.message == ("Exceeds cluster capacity: gang default/g minResources exceed the allocatable "
+                               "of all nodes together: nvidia.com/gpu 40 > 32.")
 
 
 def test_max_gangs_per_cycle_defers_the_rest():
@@ -240,7 +245,8 @@ def test_a_long_waiting_gang_reserves_nodes_so_small_gangs_cannot_starve_it():
     assert queue.reservation == Reservation("default/big", frozenset({"gpu-1", "gpu-2"}))
     assert plan.bindings == []
     assert plan.verdicts["default/pod:small-b"].message.startswith(
-        "0/3 nodes are available: 2 node(s) were reserved for a waiting gang, 1 Insufficient nvidia.com/gpu.")
+        "Gang default/pod:small-b needs 1 pod placed at once; 0/3 nodes are available for pod small-b: "
+        "2 node(s) were reserved for a waiting gang, 1 Insufficient nvidia.com/gpu.")
 
     # the pods on the reserved nodes finish, and big binds there
     finished = [replace(snap.pods[f"uid-default-{n}"], phase="Succeeded") for n in ("r1", "r2", "small-a")]

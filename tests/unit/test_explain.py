@@ -15,7 +15,9 @@ def test_report_answers_the_gpu_checklist_and_names_each_node():
     assert "nodes advertising nvidia.com/gpu: 1/2 (8 allocatable, 8 free)" in text
     assert "cpu: Insufficient nvidia.com/gpu" in text
     assert "gpu: fits (1 such pod(s), GPUs 0,1,2,3,4,5,6,7 for the first)" in text
-    assert "the gang needs 2 placed at once" in text
+    assert "The gang needs 2 of its 2 pending pod(s) placed at once." in text
+    assert text.endswith("Exceeds cluster capacity: gang default/g needs 2 pods placed at once; "
+                         "they ask 16 nvidia.com/gpu, the cluster has 8 allocatable.")
 
 
 def test_report_names_pods_asking_no_gpu_and_a_misspelt_resource_name():
@@ -70,7 +72,8 @@ def test_the_list_view_has_one_verdict_per_waiting_gang_and_the_data_matches_the
                     [group("big", ns="a", min_member=2), group("short", ns="a", min_member=2)])
     reports = explain_waiting(snap, "a")
     assert [(r.data["gang"], r.verdict) for r in reports] == [
-        ("a/big", "needs 2 placed at once; room now for 0 like big-0"),
+        ("a/big", "Exceeds cluster capacity: gang a/big needs 2 pods placed at once; "
+                  "they ask 16 nvidia.com/gpu, the cluster has 8 allocatable."),
         ("a/short", "quorum not reached: 1 active members, minMember 2 (members that Succeeded or Failed "
                     "do not count)"),
     ]
@@ -79,3 +82,20 @@ def test_the_list_view_has_one_verdict_per_waiting_gang_and_the_data_matches_the
     assert big["members"] == {"total": 2, "bound": 0, "pending": 2, "gated": 0}
     assert big["gpuChecklist"]["gpusFree"] == 7 and big["shapes"][0]["room"] == 0
     assert {"node": "gpu", "fits": 0, "reasons": ["Insufficient nvidia.com/gpu"]} in big["shapes"][0]["nodes"]
+
+
+def test_the_need_is_said_once_for_the_gang_and_never_as_zero_or_beyond_the_pods():
+    nodes = [node("gpu-0", gpu=8), node("gpu-1", gpu=8)]
+    busy = pod("busy", gpu=8, node_name="gpu-0", phase="Running")
+    waiting = explain_gang(snapshot(nodes, [busy, *gang_pods("g", 2, gpu=8)], [group("g", min_member=2)]), "default/g")
+    assert waiting.verdict == "needs 2 of its 2 pending pod(s) placed at once; room now for 1 like g-0"
+    assert "neverFits" not in waiting.data and "reason" not in waiting.data
+    # too few pods: no "room for 8 ... needs 4", the quorum is the verdict
+    few = explain_gang(snapshot(nodes, gang_pods("g", 2, gpu=1), [group("g", min_member=4)]), "default/g")
+    assert few.data["reason"] == "QuorumNotReached" and "needs" not in str(few)
+    # the quorum bound: members beyond it are needed 0 at once, which is not said so
+    bound = [replace(p, node_name="gpu-1", phase="Running") for p in gang_pods("g", 2, gpu=1)]
+    extra = explain_gang(snapshot(nodes, [busy, *bound, pod("g-2", group="g", gpu=8)], [group("g", min_member=2)]),
+                         "default/g")
+    assert "needs 0" not in str(extra) and "needs 0" not in extra.verdict
+    assert extra.verdict == "has its quorum bound; 1 more pod(s) are placed as room allows; room now for 0 like g-2"

@@ -37,14 +37,40 @@ def test_four_whole_node_pods_take_one_node_each():
     assert all(f[GPU] == 0 for f in free.values())
 
 
-def test_a_gang_too_big_for_the_cluster_places_nothing_and_explains():
-    free_before = {n.name: dict(n.allocatable) for n in gpu_nodes(4)}
-    result, free = plan(gang_pods("g", 5, gpu=8), 5, gpu_nodes(4), free={k: dict(v) for k, v in free_before.items()})
-    assert isinstance(result, PlanFailure)
-    assert result.placed == 4
-    assert result.message == ("0/4 nodes are available: 4 Insufficient nvidia.com/gpu. "
-                              "Gang default/g needs 5 pods placed at once; only 4 fit.")
+def test_a_gang_too_big_for_the_room_left_places_nothing_and_its_counts_add_up():
+    free_before = {n.name: dict(n.allocatable) for n in gpu_nodes(3)}
+    free_before["gpu-2"][GPU] = 4  # other pods hold half of it
+    result, free = plan(gang_pods("g", 6, gpu=4), 6, gpu_nodes(3), free={k: dict(v) for k, v in free_before.items()})
+    assert isinstance(result, PlanFailure) and not result.never_fits
+    assert result.placed == 5
+    assert result.message == (
+        "Gang default/g needs 6 pods placed at once; the best plan found places 5 (gpu-0: 2, gpu-1: 2, gpu-2: 1); "
+        "with 5 of them placed, 0/3 nodes are available for pod g-5: 3 Insufficient nvidia.com/gpu.")
     assert free == free_before  # a failed plan takes nothing
+
+
+def test_a_gang_too_big_for_the_cluster_even_empty_says_so_without_planning():
+    for cluster_total in (None, dict(sum((Counter(n.allocatable) for n in gpu_nodes(4)), Counter()))):
+        free_before = {n.name: {**n.allocatable, GPU: 0} for n in gpu_nodes(4)}  # all busy now
+        result, free = plan(gang_pods("g", 5, gpu=8), 5, gpu_nodes(4), free={k: dict(v) for k, v in free_before.items()},
+                            cluster_total=cluster_total)
+        assert isinstance(result, PlanFailure) and result.never_fits and result.placed == 0
+        assert result.message == ("Exceeds cluster capacity: gang default/g needs 5 pods placed at once; " + (
+            "even with every node empty at most 4 fit: 5 pods like g-0: room for 4 on empty nodes." if cluster_total is None
+            else "they ask 40 nvidia.com/gpu, the cluster has 32 allocatable."))
+        assert free == free_before
+
+
+def test_a_pod_no_node_holds_even_empty_is_named_with_every_node_counted():
+    nodes = gpu_nodes(2) + [node("t", gpu=16, taints=[GPU_TAINT])]
+    result, _ = plan([pod("big", group="g", gpu=16), pod("w", group="g", gpu=1)], 2, nodes)
+    assert result.never_fits
+    assert result.message == (
+        "Exceeds cluster capacity: gang default/g needs 2 pods placed at once; even with every node empty at most "
+        "1 fit: pod big: 0/3 nodes could hold one even empty: 2 Insufficient nvidia.com/gpu, "
+        "1 node(s) had untolerated taint {nvidia.com/gpu: present}.")
+    # a gang that may do without the big pod is not refused
+    assert isinstance(plan([pod("big", group="g", gpu=16), pod("w", group="g", gpu=1)], 1, nodes)[0], GangPlan)
 
 
 def test_failure_counts_every_node_by_its_first_reason():
@@ -53,9 +79,9 @@ def test_failure_counts_every_node_by_its_first_reason():
     for name in list(free)[:8]:
         free[name][GPU] = 4  # other pods hold half of each untainted node
     result, _ = plan(gang_pods("g", 2, gpu=8), 2, nodes, free)
-    assert result.message.startswith(
-        "0/12 nodes are available: 8 Insufficient nvidia.com/gpu, "
-        "4 node(s) had untolerated taint {nvidia.com/gpu: present}. Gang default/g needs 2 pods")
+    assert result.message == (
+        "Gang default/g needs 2 pods placed at once; 0/12 nodes are available for pod g-0: "
+        "8 Insufficient nvidia.com/gpu, 4 node(s) had untolerated taint {nvidia.com/gpu: present}.")
 
 
 def test_small_gpu_pods_pack_onto_as_few_nodes_as_possible():
@@ -96,9 +122,14 @@ def test_tainted_gpu_nodes_with_toleration_and_node_selector():
     assert sorted(placement(result).values()) == ["gpu-0", "gpu-1"]
 
     intolerant = gang_pods("h", 2, gpu=8, node_selector={"pool": "gpu"})
-    failure, _ = plan(intolerant, 2, nodes)
-    assert failure.reason_counts == {"node(s) had untolerated taint {nvidia.com/gpu: present}": 2,
+    free = {n.name: {**n.allocatable, GPU: 0} for n in nodes}  # fits no node now, would fit one empty
+    failure, _ = plan(gang_pods("i", 2, gpu=8, tolerations=tolerations, node_selector={"pool": "gpu"}), 2, nodes, free)
+    assert failure.reason_counts == {"Insufficient nvidia.com/gpu": 2,
                                      "node(s) didn't match Pod's node affinity/selector": 1}
+    never, _ = plan(intolerant, 2, nodes)
+    assert never.never_fits and never.message.endswith(
+        "2 pods like h-0: 0/3 nodes could hold one even empty: 2 node(s) had untolerated taint "
+        "{nvidia.com/gpu: present}, 1 node(s) didn't match Pod's node affinity/selector.")
 
 
 def test_members_beyond_need_are_added_when_they_fit():
@@ -129,8 +160,10 @@ def test_reserved_nodes_are_not_used_and_are_explained():
 
 
 def test_earlier_members_taking_a_node_count_as_insufficient():
-    result, _ = plan(gang_pods("g", 3, cpu=6), 3, [node("a"), node("b")])
-    assert result.reason_counts == {"Insufficient cpu": 2}
+    nodes = [node("a"), node("b")]
+    result, _ = plan(gang_pods("g", 3, cpu=4), 3, nodes, {"a": dict(nodes[0].allocatable),
+                                                         "b": {**nodes[1].allocatable, "cpu": 2000}})
+    assert not result.never_fits and result.reason_counts == {"Insufficient cpu": 2}
 
 
 def test_smallest_first_retry_reaches_a_quorum_that_largest_first_misses():
@@ -223,7 +256,7 @@ def test_one_index_across_many_gangs_matches_a_fresh_index_every_time():
             assert result == expected, (case, g)
             if isinstance(result, PlanFailure):
                 assert free == before, (case, g)
-                if len(shapes) == 1 and result.placed == 0:
+                if len(shapes) == 1 and result.placed == 0 and not result.never_fits:
                     assert result.reason_counts == brute_force_counts(pods[0], nodes, free, reserved)
                 continue
             for a in result.assignments:
@@ -231,3 +264,12 @@ def test_one_index_across_many_gangs_matches_a_fresh_index_every_time():
             for name in free:
                 for resource, amount in free[name].items():
                     assert amount >= min(before[name].get(resource, 0), 0), (case, g, name, resource)
+
+
+def test_cordoned_or_not_ready_nodes_still_count_as_room_a_gang_may_get_back():
+    nodes = [node("a", gpu=8, unschedulable=True), node("b", gpu=8, ready=False)]
+    result, _ = plan(gang_pods("g", 2, gpu=8), 2, nodes)
+    assert isinstance(result, PlanFailure) and not result.never_fits
+    assert result.reason_counts == {"node(s) were unschedulable": 1, "node(s) were not ready": 1}
+    too_big, _ = plan(gang_pods("g", 3, gpu=8), 3, nodes)
+    assert too_big.never_fits and too_big.message.endswith("at most 2 fit: 3 pods like g-0: room for 2 on empty nodes.")

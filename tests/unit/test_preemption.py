@@ -203,9 +203,12 @@ def test_a_spare_member_taken_alone_and_again_with_its_gang_counts_once():
 
 def test_room_a_spare_member_frees_is_not_counted_twice():
     members, old = _gang_with_a_spare_member(cpu=2)
-    # five 2-CPU pods need 10 CPUs: node a has 8 however its victims are counted
+    # five 2-CPU pods need 10 CPUs: node a has 8 however its victims are
+    # counted; node b's 2 are held by a pod of higher priority
     preemptor = gang_pods("train", 5, cpu=2, priority=100)
-    plan = cycle(snapshot([node("a", cpu="8")], members + preemptor, [old, group("train", min_member=5)]))
+    blocker = pod("blocker", cpu=2, node_name="b", phase="Running", priority=1000)
+    plan = cycle(snapshot([node("a", cpu="8"), node("b", cpu="2")], members + preemptor + [blocker],
+                          [old, group("train", min_member=5)]))
     assert plan.evictions == [] and plan.nominations == []
     assert "would not fit even after evicting" in plan.verdicts["default/train"].message
 

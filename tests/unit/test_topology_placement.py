@@ -8,6 +8,7 @@ import pytest
 from batchsched.api import constants
 from batchsched.core.config import CoreConfig
 from batchsched.core.cycle import schedule_cycle
+from batchsched.core.explain import explain_gang
 from batchsched.core.model import GroupSpec, TopologyPolicy, group_from_json
 from batchsched.core.placement.gpus import REASON_NO_NUMA_FIT, REASON_NO_NVLINK_SET, REASON_SHARED_GPUS
 from batchsched.core.queueing.queue import GangQueue
@@ -144,7 +145,12 @@ def test_require_nvlink_refuses_pcie_and_unknown_topologies():
     pods = gang_pods("g", 1, gpu=2)
     plan = run([pcie(), topology_node("flat", gpus=8)], pods, [group("g", 1, {"gpuLink": "require-nvlink"})])
     assert plan.bindings == []
-    assert f"2 {REASON_NO_NVLINK_SET}" in plan.verdicts["default/g"].message
+    # not even on the empty nodes: no NVLink pair on either
+    assert plan.verdicts["default/g"].reason == "ExceedsClusterCapacity"
+    assert plan.verdicts["default/g"].message.endswith(
+        f"pod g-0: 0/2 nodes could hold one even empty: 2 {REASON_NO_NVLINK_SET}.")
+    snap = snapshot([pcie(), topology_node("flat", gpus=8)], pods, [group("g", 1, {"gpuLink": "require-nvlink"})])
+    assert explain_gang(snap, "default/g").verdict == plan.verdicts["default/g"].message
     plan = run([pcie(), dgx1()], pods, [group("g", 1, {"gpuLink": "require-nvlink"})])
     assert placed(plan) == {"g-0": ("dgx", (0, 3))}
 

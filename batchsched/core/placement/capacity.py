@@ -25,16 +25,22 @@ import heapq
 from collections import Counter
 from typing import Callable, Collection, Hashable, Mapping
 
-from batchsched.api.constants import GPU_RESOURCE
+from batchsched.api.constants import GPU_RESOURCE, TOPOLOGY_MANAGER_POLICY_LABEL
 from batchsched.core import resources as res
 from batchsched.core.model import NodeInfo, PodInfo, TopologyPolicy
 from batchsched.core.cluster import ClusterState
-from batchsched.core.placement.fit import REASON_RESERVED, NodeFilter, placement_key, resource_reasons, static_reasons
+from batchsched.core.placement.fit import (
+    REASON_NOT_READY, REASON_RESERVED, REASON_UNSCHEDULABLE, NodeFilter, placement_key, resource_reasons,
+    static_reasons,
+)
 from batchsched.core.placement.gpus import GpuPick, pick_gpus, static_reason
 from batchsched.core.resources import Resources
-from batchsched.core.topology.accounting import GpuRoom
+from batchsched.core.topology.accounting import GpuRoom, gpu_id_count, room_of, topology_of
 
 Entry = tuple[tuple, str, int]  # (score, node name, node version)
+# Static reasons a node may lose soon (uncordoned, ready again): its room
+# still counts for a gang that could never fit (gang.never_fits).
+PASSING_REASONS = frozenset({REASON_UNSCHEDULABLE, REASON_NOT_READY})
 
 
 def pack_score(node: NodeInfo, request: Mapping[str, int], free: Mapping[str, int]) -> tuple:
@@ -69,6 +75,15 @@ class ShapeView:
         self._static: dict[str, str] = dict(verdict.rejected)  # node -> why it never fits this shape
         self._static_counts = Counter(verdict.rejected.values())
         self.feasible: set[str] = set()
+        # Empty nodes, for gangs that could never fit (gang.never_fits).
+        self._holds: dict[str, int] = {}  # node -> how many such pods it holds empty
+        self.holds_when_empty = 0  # their sum
+        self._too_small: dict[str, list[str]] = {}  # node -> what it lacks for one even empty
+        self.too_small_counts: Counter = Counter()
+        self._refusals: dict[tuple, tuple] = {}  # board facts -> (its topology, _refusal_when_free)
+        for name, reason in verdict.rejected.items():
+            if reason in PASSING_REASONS:
+                self._file_empty(name)
         for name in verdict.feasible:
             reason = static_reason(index.nodes[name], self.request, policy)
             if reason:
@@ -81,6 +96,7 @@ class ShapeView:
         self._heap: list[Entry] = []
         self._stash: list[Entry] = []  # popped by the current attempt
         for name in self.feasible:
+            self._file_empty(name)
             self._classify(name, push=False)
         heapq.heapify(self._heap)
 
@@ -132,6 +148,47 @@ class ShapeView:
                     counts.update(pick)
         return +counts  # drops the zero counts
 
+    def never_counts(self) -> Counter:
+        """Per-reason counts of the nodes that could not hold a pod of this
+        shape even empty (every node when ``holds_when_empty`` is 0), each
+        node once."""
+        counts = self._static_counts + self.too_small_counts
+        for name in self._holds.keys() & self._static.keys():  # counted as too small
+            counts[self._static[name]] -= 1
+        return +counts
+
+    def _file_empty(self, name: str) -> None:
+        """Note how many pods of this shape node ``name`` holds empty."""
+        node = self._index.nodes[name]
+        holds = min((node.allocatable.get(k, 0) // v for k, v in self._wanted if v > 0), default=0)
+        too_small = [] if holds else resource_reasons(self.request, node.allocatable)
+        if holds and self.request.get(GPU_RESOURCE, 0) and name in self._index.rooms:
+            refusal = self._refusal_when_free(node)
+            if refusal:
+                holds, too_small = 0, [refusal]
+        self._holds[name] = holds
+        self.holds_when_empty += holds
+        if too_small:
+            self._too_small[name] = too_small
+            self.too_small_counts.update(too_small)
+
+    def _refusal_when_free(self, node: NodeInfo) -> str:
+        """Why the policy finds no GPU set on ``node`` even with all its GPUs
+        free ("" if it does); kept per kind of board: it depends only on
+        these facts of the node."""
+        topology = topology_of(node)
+        key = (id(topology), gpu_id_count(node), node.allocatable.get(res.CPU), node.allocatable.get(res.MEMORY),
+               node.labels.get(TOPOLOGY_MANAGER_POLICY_LABEL))
+        known = self._refusals.get(key)
+        if known is None or known[0] is not topology:
+            pick = pick_gpus(node, room_of(node, ()), self.request, self.policy)
+            known = self._refusals[key] = (topology, pick if isinstance(pick, str) else "")
+        return known[1]
+
+    def _unfile_empty(self, name: str) -> None:
+        self.holds_when_empty -= self._holds.pop(name, 0)
+        self.too_small_counts.subtract(self._too_small.pop(name, ()))
+
     def _classify(self, name: str, push: bool = True) -> None:
         """File a feasible node as fitting (heap) or short (reasons)."""
         short = self._short.pop(name, None)
@@ -162,6 +219,7 @@ class ShapeView:
         if reason is not None:
             self._static_counts[reason] -= 1
         self.feasible.discard(name)
+        self._unfile_empty(name)
         short = self._short.pop(name, None)
         if short:
             self._short_counts.subtract(short)
@@ -170,6 +228,8 @@ class ShapeView:
             return
         reasons = static_reasons(self._pod, node)
         reason = reasons[0] if reasons else static_reason(node, self.request, self.policy)
+        if not reason or reason in PASSING_REASONS:
+            self._file_empty(name)
         if reason:
             self._static[name] = reason
             self._static_counts[reason] += 1

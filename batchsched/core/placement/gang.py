@@ -34,6 +34,7 @@ from typing import Collection, Mapping, Sequence
 
 from batchsched.api.constants import GPU_RESOURCE
 from batchsched.core import resources as res
+from batchsched.core.gangs import Gang
 from batchsched.core.model import PodInfo, TopologyPolicy
 from batchsched.core.placement.capacity import CapacityIndex, ShapeView, shape_key
 from batchsched.core.placement.gpus import GpuPick
@@ -59,16 +60,26 @@ class GangPlan:
 class PlanFailure:
     need: int
     placed: int  # the most pods any attempt placed at once
-    reason_counts: Mapping[str, int]  # for the first pod that fitted nowhere
+    reason_counts: Mapping[str, int]  # for the first pod that fitted nowhere in that attempt
     message: str
+    never_fits: bool = False  # not even on empty nodes: the message starts with NEVER_FITS
 
 
-def explain(reason_counts: Mapping[str, int], total_nodes: int) -> str:
-    """kube-scheduler's "0/N nodes are available: ..." sentence."""
+# How a failure that no freed room can cure begins (see ``never_fits``).
+NEVER_FITS = "Exceeds cluster capacity"
+
+
+def explain(reason_counts: Mapping[str, int], total_nodes: int, pod_name: str = "") -> str:
+    """kube-scheduler's "0/N nodes are available: ..." sentence (naming
+    the pod when given)."""
+    available = f"0/{total_nodes} nodes are available" + (f" for pod {pod_name}" if pod_name else "")
+    return f"{available}: {_ranked(reason_counts)}." if reason_counts else f"{available}."
+
+
+def _ranked(reason_counts: Mapping[str, int]) -> str:
+    """"8 Insufficient nvidia.com/gpu, 4 node(s) had ...": by count, then reason."""
     ranked = sorted(reason_counts.items(), key=lambda item: (-item[1], item[0]))
-    if not ranked:
-        return f"0/{total_nodes} nodes are available."
-    return f"0/{total_nodes} nodes are available: " + ", ".join(f"{n} {r}" for r, n in ranked) + "."
+    return ", ".join(f"{n} {r}" for r, n in ranked)
 
 
 @dataclass
@@ -108,6 +119,8 @@ class _Attempt:
     taken: dict[str, Resources] = field(default_factory=dict)  # node -> its free after this attempt
     rooms: dict[str, GpuRoom] = field(default_factory=dict)  # node -> its GPU room after this attempt
     failure_counts: Counter | None = None  # reasons for the first pod that fitted nowhere
+    failed_pod: PodInfo | None = None  # that pod
+    placed_before_failure: int = 0  # pods placed when it fitted nowhere
 
 
 def _attempt(shapes: Sequence[_Shape], capacity: CapacityIndex, reserved: Collection[str],
@@ -139,6 +152,7 @@ def _attempt(shapes: Sequence[_Shape], capacity: CapacityIndex, reserved: Collec
                 trial.unplaced.extend(shape.pods[i:])
                 if trial.failure_counts is None:
                     trial.failure_counts = view.reason_counts(reserved, taken, rooms)
+                    trial.failed_pod, trial.placed_before_failure = pod, len(trial.placed)
                 break
             before = taken[name] if name in taken else capacity.free.get(name, {})
             room_before = room(name)
@@ -156,18 +170,18 @@ def _attempt(shapes: Sequence[_Shape], capacity: CapacityIndex, reserved: Collec
 
 
 def _best_attempt(shapes: Sequence[_Shape], need: int, capacity: CapacityIndex, reserved: Collection[str],
-                  outside: Collection[str] = frozenset()) -> tuple[_Attempt, _Attempt, int]:
+                  outside: Collection[str] = frozenset()) -> tuple[_Attempt, _Attempt]:
     """Largest shapes first, then, if that misses the quorum and not every
-    pod is needed, smallest first: (the attempt to use, the first one, the
-    most pods either placed)."""
-    first = chosen = _attempt(_largest_first(shapes), capacity, reserved, outside)
-    most_placed = len(first.placed)
-    if most_placed < need < sum(len(s.pods) for s in shapes):
+    pod is needed, smallest first: (the attempt to use, the one that placed
+    most -- the first on a tie -- for a failure to report)."""
+    first = chosen = most = _attempt(_largest_first(shapes), capacity, reserved, outside)
+    if len(first.placed) < need < sum(len(s.pods) for s in shapes):
         retry = _attempt(_smallest_first(shapes), capacity, reserved, outside)
-        most_placed = max(most_placed, len(retry.placed))
+        if len(retry.placed) > len(first.placed):
+            most = retry
         if len(retry.placed) >= need:
             chosen = retry
-    return chosen, first, most_placed
+    return chosen, most
 
 
 def _domains(capacity: CapacityIndex, keys: Sequence[str], gpus_needed: int,
@@ -200,9 +214,10 @@ def _plan_in_a_domain(shapes: Sequence[_Shape], need: int, capacity: CapacityInd
     keys = " or ".join(policy.domain_labels) or "(none configured)"
     best_placed, best_domain = 0, ""
     for label, names in domains:
-        chosen, _, most_placed = _best_attempt(shapes, need, capacity, reserved, capacity.nodes.keys() - names)
+        chosen, most = _best_attempt(shapes, need, capacity, reserved, capacity.nodes.keys() - names)
         if len(chosen.placed) >= need:
             return chosen, len(chosen.placed), ""
+        most_placed = len(most.placed)
         if most_placed > best_placed or not best_domain:
             best_placed, best_domain = most_placed, label
     if not labelled:
@@ -217,6 +232,92 @@ def _pods(n: int) -> str:
     return f"{n} pod" if n == 1 else f"{n} pods"
 
 
+# Nodes named in a failure's "(node: pods, ...)" breakdown; the rest are counted.
+BREAKDOWN_NODES = 5
+
+
+def _failure_message(gang_key: str, need: int, attempt: _Attempt, total_nodes: int) -> str:
+    """Why the attempt that placed most missed the quorum; its counts add
+    up: the breakdown sums to the pods placed, and the "0/N nodes" sentence
+    is about the pod that fitted nowhere, with the pods before it placed."""
+    message = f"Gang {gang_key} needs {_pods(need)} placed at once"
+    if attempt.placed:
+        per_node = Counter(a.node_name for a in attempt.placed)
+        ranked = sorted(per_node.items(), key=lambda item: (-item[1], item[0]))
+        breakdown = ", ".join(f"{name}: {n}" for name, n in ranked[:BREAKDOWN_NODES])
+        if len(ranked) > BREAKDOWN_NODES:
+            breakdown += f", {len(ranked) - BREAKDOWN_NODES} more node(s): "
+            breakdown += str(sum(n for _, n in ranked[BREAKDOWN_NODES:]))
+        message += (f"; the best plan found places {len(attempt.placed)} ({breakdown}); "
+                    f"with {attempt.placed_before_failure or 'none'} of them placed,")
+    else:
+        message += ";"
+    pod = attempt.failed_pod
+    return f"{message} {explain(attempt.failure_counts or {}, total_nodes, pod.name if pod else '')}"
+
+
+def min_resources_beyond(gang: Gang, cluster_total: Mapping[str, int]) -> str:
+    """Why the gang's minResources exceed the allocatable of all nodes
+    together (a message starting with NEVER_FITS), or "" when they do not."""
+    asked = gang.spec.min_resources
+    beyond = ", ".join(f"{name} {res.format_amount(name, asked[name])} > "
+                       f"{res.format_amount(name, cluster_total.get(name, 0))}"
+                       for name in sorted(res.fits(asked, cluster_total)))
+    return (f"{NEVER_FITS}: gang {gang.key} minResources exceed the allocatable of all nodes together: "
+            f"{beyond}.") if beyond else ""
+
+
+def never_fits(pods: Sequence[PodInfo], need: int, capacity: CapacityIndex,
+               policy: TopologyPolicy = TopologyPolicy(), cluster_total: Mapping[str, int] | None = None) -> str:
+    """Why ``need`` of ``pods`` could not be placed at once even on empty
+    nodes (a message starting with NEVER_FITS), or "" when they might."""
+    why = _never_fits(_shapes(pods, capacity, policy), need, len(capacity.nodes), cluster_total)
+    return _never_message(pods[0].gang_key, need, why) if why else ""
+
+
+def _never_message(gang_key: str, need: int, why: str) -> str:
+    return f"{NEVER_FITS}: gang {gang_key} needs {_pods(need)} placed at once; {why}."
+
+
+def _never_fits(shapes: Sequence[_Shape], need: int, total_nodes: int,
+                cluster_total: Mapping[str, int] | None) -> str:
+    """Two checks, each cheap and each a proof: what the ``need`` pods ask
+    (the smallest ones, when the gang may choose) against the allocatable of
+    all nodes together; and how many pods of each shape the nodes its
+    static predicates allow could hold, each empty, against ``need``."""
+    if cluster_total is not None:
+        asked: dict[str, list[int]] = {}
+        for shape in shapes:
+            for name, amount in shape.view.request.items():
+                asked.setdefault(name, []).extend([amount] * len(shape.pods))
+        pending = sum(len(s.pods) for s in shapes)
+        short = []
+        for name in sorted(asked):
+            amounts = sorted(asked[name] + [0] * (pending - len(asked[name])))[:need]
+            if sum(amounts) > cluster_total.get(name, 0):
+                short.append(f"{res.format_amount(name, sum(amounts))} {name}, the cluster has "
+                             f"{res.format_amount(name, cluster_total.get(name, 0))} allocatable")
+        if short:
+            return (("it asks " if need == 1 else "they ask ") + ("at least " if need < pending else "")
+                    + "; ".join(short))
+    holdable = [min(len(s.pods), s.view.holds_when_empty) for s in shapes]
+    if sum(holdable) >= need:
+        return ""
+    parts = []
+    for shape, holds in zip(shapes, holdable):
+        if holds < len(shape.pods):
+            first = shape.pods[0].name
+            like = f"pod {first}" if len(shape.pods) == 1 else f"{len(shape.pods)} pods like {first}"
+            if holds:
+                parts.append(f"{like}: room for {holds} on empty nodes")
+            else:
+                counts = shape.view.never_counts()
+                parts.append(f"{like}: 0/{total_nodes} nodes could hold one even empty"
+                             + (f": {_ranked(counts)}" if counts else ""))
+    most = f"at most {sum(holdable)}" if sum(holdable) else "none"
+    return f"even with every node empty {most} fit: " + "; ".join(parts)
+
+
 def plan_gang(
     pods: Sequence[PodInfo],
     need: int,
@@ -225,6 +326,7 @@ def plan_gang(
     reserved: Collection[str] = frozenset(),
     policy: TopologyPolicy = TopologyPolicy(),
     bound_on: Collection[str] = frozenset(),
+    cluster_total: Mapping[str, int] | None = None,
 ) -> GangPlan | PlanFailure:
     """Place at least ``need`` of ``pods`` at once, or explain why not.
 
@@ -233,27 +335,30 @@ def plan_gang(
     nodes of its members already bound (the rest stay in their domain).  A
     returned plan is already committed to ``capacity`` (its free map
     shrinks accordingly); a failure leaves it untouched.  Nodes in
-    ``reserved`` are not used.
+    ``reserved`` are not used.  A gang that could not fit even on empty
+    nodes (``never_fits``; ``cluster_total``, every node's allocatable
+    summed, adds the check of totals) fails without planning.
     """
     gang_key = pods[0].gang_key if pods else ""
     if need > len(pods):
         return PlanFailure(need, 0, {}, f"Gang {gang_key} needs {_pods(need)} placed at once; "
                                         f"only {len(pods)} are pending.")
     shapes = _shapes(pods, capacity, policy)
+    total_nodes = len(capacity.nodes)
+    why_never = _never_fits(shapes, need, total_nodes, cluster_total) if need else ""
+    if why_never:
+        return PlanFailure(need, 0, {}, _never_message(gang_key, need, why_never), never_fits=True)
     chosen = None
     if policy.domain_mode:
         chosen, most_placed, why = _plan_in_a_domain(shapes, need, capacity, reserved, policy, bound_on)
         if chosen is None and policy.domain_mode == "required":
             return PlanFailure(need, most_placed, {}, f"Gang {gang_key} needs {_pods(need)} placed at once "
                                                       f"inside one domain: {why}.")
-    total_nodes = len(capacity.nodes)
     if chosen is None:
-        chosen, first, most_placed = _best_attempt(shapes, need, capacity, reserved)
+        chosen, most = _best_attempt(shapes, need, capacity, reserved)
         if len(chosen.placed) < need:
-            counts = dict(first.failure_counts or {})
-            message = (f"{explain(counts, total_nodes)} Gang {gang_key} needs {_pods(need)} placed at once; "
-                       f"only {most_placed} fit.")
-            return PlanFailure(need, most_placed, counts, message)
+            counts = dict(most.failure_counts or {})
+            return PlanFailure(need, len(most.placed), counts, _failure_message(gang_key, need, most, total_nodes))
     capacity.commit(chosen.taken, chosen.rooms)
     message = explain(chosen.failure_counts, total_nodes) if chosen.unplaced else ""
     return GangPlan(tuple(chosen.placed), tuple(chosen.unplaced), message)
