@@ -92,16 +92,16 @@ class ClusterState:
         if old == node:
             return
         if old is not None:
-            self._add_total(old.allocatable, -1)
+            self._add_total(_total_of(old), -1)
         self.nodes[name] = node
-        self._add_total(node.allocatable, 1)
+        self._add_total(_total_of(node), 1)
         self._stamp_node(name)
 
     def remove_node(self, name: str) -> None:
         self._given.pop(name, None)
         old = self.nodes.pop(name, None)
         if old is not None:
-            self._add_total(old.allocatable, -1)
+            self._add_total(_total_of(old), -1)
             self._stamp_node(name)
             self._derived.pop(name, None)
 
@@ -335,3 +335,14 @@ def _count(counts: dict[str, int], key: str, delta: int) -> None:
         counts[key] = count
     else:
         del counts[key]
+
+
+def _total_of(node: NodeInfo) -> Mapping[str, int]:
+    """What the node adds to the cluster's total: its allocatable, and the
+    GPUs it serves as nvidia.com/gpu through DRA (a gang asking more than
+    both together can never fit; docs/dra.md)."""
+    if node.dra is None or not node.dra.extended:
+        return node.allocatable
+    total = dict(node.allocatable)
+    total[GPU_RESOURCE] = total.get(GPU_RESOURCE, 0) + len(node.dra.gpus)  # over, never under: a proof stays one
+    return total

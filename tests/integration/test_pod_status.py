@@ -51,9 +51,9 @@ def test_a_waiting_gangs_pods_say_why_and_follow_its_verdict_until_bound(env, st
     wait_all_unschedulable(env, ["train-0", "train-1"], quorum)
     wait_failed_scheduling(env, "train-0", quorum)
 
-    # the quorum is there, the room is not (3 x 4 GPUs on 8): the condition and the Events follow
+    # the quorum is there, the room is not (3 x 4 GPUs on 8, the whole cluster): the condition and the Events follow
     env.create(pod("train-2", env.namespace, group="train", gpus=4, cpu="1"))
-    no_room = f"gang {env.namespace}/train (Unschedulable): "
+    no_room = f"gang {env.namespace}/train (ExceedsClusterCapacity): Exceeds cluster capacity: "
     wait_all_unschedulable(env, ["train-0", "train-1", "train-2"], no_room)
     for name in ("train-0", "train-2"):
         wait_failed_scheduling(env, name, no_room)  # train-0's comes when its 10 s pace allows
@@ -81,7 +81,7 @@ def test_a_restarted_scheduler_rewrites_no_condition_a_pod_already_has(env, star
     for i in range(2):
         env.create(pod(f"big-{i}", env.namespace, group="big", gpus=8, cpu="1"))
     first = start_scheduler()
-    wait_all_unschedulable(env, ["big-0", "big-1"], f"gang {env.namespace}/big (Unschedulable)")
+    wait_all_unschedulable(env, ["big-0", "big-1"], f"gang {env.namespace}/big (ExceedsClusterCapacity)")
     wait_for("both written", lambda: sample(first.get("/metrics")[1], "batchsched_pod_condition_writes_total") == 2)
     first.kill()
     versions = {name: p["metadata"]["resourceVersion"] for name, p in env.pods().items()}
