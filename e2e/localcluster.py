@@ -325,10 +325,11 @@ def controller_manager_argv(binary: Path, kubeconfig: Path, pki: Path) -> list[s
         # certificate it generated for itself, published as kube-root-ca.crt
         f"--service-account-private-key-file={pki / 'sa.key'}",
         f"--root-ca-file={pki / 'apiserver.crt'}",
-        # Node health is kwok's and the tests': chaos tests stop kwok for longer
-        # than the node monitor's grace period, and the node lifecycle controller
-        # would then taint every node unreachable and evict its pods. node-ipam
-        # needs a --cluster-cidr the simulated nodes do not use.
+        # Node health is kwok's and the tests': were kwok stopped (or starved)
+        # for longer than the node monitor's grace period, the node lifecycle
+        # controller would taint every node unreachable and the taint eviction
+        # controller evict its pods. node-ipam needs a --cluster-cidr the
+        # simulated nodes do not use.
         "--controllers=*,-node-lifecycle-controller,-taint-eviction-controller,-node-ipam-controller,"
         # publishes the serving certificate as a CA bundle: the API server's
         # self-signed one is no CA and is refused
