@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """A real, local Kubernetes control plane for tests: etcd, kube-apiserver,
-kube-scheduler and kwok, built from source through the Go module proxy.
+kube-controller-manager, kube-scheduler and kwok, built from source through
+the Go module proxy.
 
     e2e/localcluster build                 # build (once) and cache the binaries
     e2e/localcluster up --workdir DIR      # start everything, write DIR/kubeconfig
@@ -315,8 +316,35 @@ def kwok_argv(kwok: Path, kubeconfig: Path) -> list[str]:
     ]
 
 
-def up(workdir: Path, with_scheduler: bool = True, die_with_parent: bool = False) -> Cluster:
-    """Start etcd, kube-apiserver, kwok and (optionally) kube-scheduler."""
+def controller_manager_argv(binary: Path, kubeconfig: Path, pki: Path) -> list[str]:
+    """kube-controller-manager for the local control plane, with the admin's
+    credentials (a test cluster: no per-controller ServiceAccounts)."""
+    return [
+        str(binary), f"--kubeconfig={kubeconfig}",
+        # the key the API server verifies ServiceAccount tokens with, and the
+        # certificate it generated for itself, published as kube-root-ca.crt
+        f"--service-account-private-key-file={pki / 'sa.key'}",
+        f"--root-ca-file={pki / 'apiserver.crt'}",
+        # Node health is kwok's and the tests': were kwok stopped (or starved)
+        # for longer than the node monitor's grace period, the node lifecycle
+        # controller would taint every node unreachable and the taint eviction
+        # controller evict its pods. node-ipam needs a --cluster-cidr the
+        # simulated nodes do not use.
+        "--controllers=*,-node-lifecycle-controller,-taint-eviction-controller,-node-ipam-controller,"
+        # publishes the serving certificate as a CA bundle: the API server's
+        # self-signed one is no CA and is refused
+        "-kube-apiserver-serving-clustertrustbundle-publisher-controller",
+        "--leader-elect=false", "--bind-address=127.0.0.1", f"--secure-port={free_port()}",
+        # tests create hundreds of pods through Jobs in seconds
+        "--kube-api-qps=1000", "--kube-api-burst=2000",
+        "--profiling=false", "-v=1",
+    ]
+
+
+def up(workdir: Path, with_scheduler: bool = True, with_controller_manager: bool = True,
+       die_with_parent: bool = False) -> Cluster:
+    """Start etcd, kube-apiserver, kwok and (optionally) kube-scheduler and
+    kube-controller-manager."""
     t0 = time.monotonic()
     bins = build_all()
     workdir = workdir.resolve()
@@ -362,10 +390,13 @@ def up(workdir: Path, with_scheduler: bool = True, die_with_parent: bool = False
             f"--service-account-key-file={sa_key}", f"--service-account-signing-key-file={sa_key}",
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             "--service-cluster-ip-range=10.96.0.0/16",
-            # No controller-manager runs: the ServiceAccount admission plugin would
-            # wait for default service accounts nobody creates, and
-            # TaintNodesByCondition would taint every new node not-ready.
-            "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
+            # TaintNodesByCondition taints every new node not-ready, and only the
+            # node lifecycle controller (not run, see controller_manager_argv)
+            # lifts that taint. The ServiceAccount plugin refuses a pod until its
+            # namespace's default ServiceAccount exists: it waits briefly for the
+            # controller manager to create it, without one it refuses them all.
+            "--disable-admission-plugins=" + ",".join(
+                ["TaintNodesByCondition"] + ([] if with_controller_manager else ["ServiceAccount"])),
             "--allow-privileged=true", "--endpoint-reconciler-type=none",
             "--max-requests-inflight=2000", "--max-mutating-requests-inflight=1000",
             f"--audit-policy-file={workdir / 'audit-policy.json'}", f"--audit-log-path={workdir / AUDIT_LOG}",
@@ -394,6 +425,11 @@ def up(workdir: Path, with_scheduler: bool = True, die_with_parent: bool = False
                 f"--authorization-kubeconfig={cluster.kubeconfig}",
                 "--bind-address=127.0.0.1", f"--secure-port={free_port()}", "-v=1",
             ])
+        if with_controller_manager:
+            # Not waited for: its controllers act once its informers have
+            # synced (about a second), and tests wait for what controllers do.
+            start("kube-controller-manager", controller_manager_argv(
+                bins["kube-controller-manager"], cluster.kubeconfig, pki))
         time.sleep(0.2)
         for name, proc in procs.items():
             if proc.poll() is not None:
@@ -502,6 +538,8 @@ def main(argv: list[str] | None = None) -> int:
     p_up = sub.add_parser("up", help="start the control plane")
     p_up.add_argument("--workdir", type=Path, required=True)
     p_up.add_argument("--no-scheduler", action="store_true", help="do not start kube-scheduler")
+    p_up.add_argument("--no-controller-manager", action="store_true",
+                      help="do not start kube-controller-manager")
     p_down = sub.add_parser("down", help="stop it and remove the workdir")
     p_down.add_argument("--workdir", type=Path, required=True)
     p_kwok = sub.add_parser("kwok", help="run kwok (foreground) for the simulated nodes of another cluster")
@@ -514,7 +552,8 @@ def main(argv: list[str] | None = None) -> int:
         argv = kwok_argv(build_all()["kwok"], args.kubeconfig.resolve())
         os.execv(argv[0], argv)
     elif args.command == "up":
-        cluster = up(args.workdir, with_scheduler=not args.no_scheduler)
+        cluster = up(args.workdir, with_scheduler=not args.no_scheduler,
+                     with_controller_manager=not args.no_controller_manager)
         print(f"export KUBECONFIG={cluster.kubeconfig}")
     else:
         down(args.workdir)

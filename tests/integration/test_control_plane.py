@@ -154,6 +154,30 @@ def test_harness_kube_scheduler_places_plain_pods(env):
     wait_for("kube-scheduler to bind the plain pod", lambda: env.bound().get("plain") == node)
 
 
+def test_controllers_create_job_pods_compute_budgets_and_finish_namespace_deletion(env):
+    """kube-controller-manager runs: what Jobs, PodDisruptionBudgets and
+    namespace deletion need of it happens (e2e/README.md)."""
+    template = pod("worker", env.namespace, cpu="1", labels={"app": "worker"})  # batchsched's: left pending
+    env.create({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "train"},
+                "spec": {"completionMode": "Indexed", "completions": 2, "parallelism": 2,
+                         "template": {"metadata": {"labels": {"app": "worker"}},
+                                      "spec": {**template["spec"], "restartPolicy": "Never"}}}})
+    names = wait_for("the Job controller's pods", lambda: len(found := sorted(env.pods())) == 2 and found)
+    assert [n.rsplit("-", 1)[0] for n in names] == ["train-0", "train-1"], names
+    env.create({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "workers"},
+                "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "worker"}}}})
+    budget = f"/apis/policy/v1/namespaces/{env.namespace}/poddisruptionbudgets/workers"
+    wait_for("the disruption controller's status", lambda: env.kube.get(budget).get("status", {}).get(
+        "expectedPods") == 2)
+
+    doomed = f"{env.namespace}-deleted"
+    env.kube.create("/api/v1/namespaces", {"metadata": {"name": doomed}})
+    env.kube.create(f"/api/v1/namespaces/{doomed}/pods", pod("p", doomed, cpu="1"))
+    env.kube.delete(f"/api/v1/namespaces/{doomed}")
+    wait_for("the namespace controller to empty and remove the namespace", lambda: doomed not in {
+        n["metadata"]["name"] for n in env.kube.get("/api/v1/namespaces")["items"]}, timeout=60)
+
+
 def test_binder_reports_a_final_refusal_without_retrying_and_binds_the_rest(env):
     from batchsched.shell.binder import Binder, BindRequest
 

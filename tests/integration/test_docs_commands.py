@@ -6,25 +6,21 @@ Each document's commands run in order in one bash, from a scratch copy of
 the repository root (links to its files, plus ``.venv`` naming the venv
 running the tests, and ``../shared`` when there is one), with ``kubectl``
 the control plane's, ``batchsched`` this checkout's and $KUBECONFIG the test
-cluster. The local control plane runs no kube-controller-manager, so the
-test stands in for it as tests/integration/test_examples.py does: the Jobs
-and Deployments a document creates get their pods, deleted after it. On a
-real cluster ($KUBECONFIG) the namespaces a document creates are deleted
-after it.
+cluster. What a document leaves behind goes after it: the namespaces it
+created, and the Jobs and Deployments it created in namespaces that were
+there before (their pods would otherwise take room on later tests' nodes).
 """
 from __future__ import annotations
 
 import os
 import sys
-import threading
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import SHARED
-from tests.support.controllers import controller_pods
 from tests.support.doc_commands import documents, parse_file, run_commands
-from tests.support.kube import KubeError, TestKube
+from tests.support.kube import KubeError, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -49,44 +45,39 @@ def scratch_checkout(base: Path) -> Path:
     return checkout
 
 
-class StandInControllers(threading.Thread):
-    """The pods of every Job and Deployment created while it runs, as the Job
-    and ReplicaSet controllers would create them."""
-    OWNERS = {"Job": "/apis/batch/v1/jobs", "Deployment": "/apis/apps/v1/deployments"}
-
-    def __init__(self, kubeconfig: str):
-        super().__init__(daemon=True)
-        self.kube = TestKube(kubeconfig)  # its own client: the test's stays on the test's thread
-        self.seen = {o["metadata"]["uid"] for o in self.owners()}
-        self.pods: list[str] = []
-        self.errors: list[str] = []
-        self.stopping = threading.Event()
-
-    def owners(self) -> list[dict]:
-        return [{**o, "kind": kind} for kind, path in self.OWNERS.items() for o in self.kube.get(path)["items"]]
-
-    def run(self) -> None:
-        while not self.stopping.wait(0.2):
-            try:
-                for owner in self.owners():
-                    if owner["metadata"]["uid"] not in self.seen:
-                        self.seen.add(owner["metadata"]["uid"])
-                        for pod in controller_pods(owner):
-                            pods = f"/api/v1/namespaces/{pod['metadata']['namespace']}/pods"
-                            self.kube.create(pods, pod)
-                            self.pods.append(f"{pods}/{pod['metadata']['name']}")
-            except KubeError as exc:
-                self.errors.append(f"standing in for the controllers: {exc}")
-
-    def stop(self) -> None:
-        self.stopping.set()
-        self.join()
-        for path in self.pods:
-            self.kube.delete(path, gracePeriodSeconds=0)
+WORKLOADS = (("/apis/batch/v1", "jobs"), ("/apis/apps/v1", "deployments"))
+NAMESPACE_DELETION_TIMEOUT = 60  # the namespace controller deletes what is in it first
 
 
 def namespaces(kube) -> set[str]:
     return {n["metadata"]["name"] for n in kube.get("/api/v1/namespaces")["items"]}
+
+
+def workloads(kube) -> set[tuple[str, str]]:
+    """(namespace, path) of every Job and Deployment of the cluster."""
+    found = set()
+    for api, plural in WORKLOADS:
+        for o in kube.get(f"{api}/{plural}")["items"]:
+            namespace = o["metadata"]["namespace"]
+            found.add((namespace, f"{api}/namespaces/{namespace}/{plural}/{o['metadata']['name']}"))
+    return found
+
+
+def delete_what_the_document_left(kube, namespaces_before: set[str], workloads_before: set[tuple[str, str]]) -> None:
+    """Its namespaces, gone before the next test (one may create the same
+    namespace: batchsched-system, test_deploy.py), and its workloads in the
+    others, with their pods."""
+    created = namespaces(kube) - namespaces_before
+    for namespace, path in workloads(kube) - workloads_before:
+        if namespace not in created:
+            kube.delete(path, propagationPolicy="Background")
+    for name in created:
+        try:
+            kube.delete(f"/api/v1/namespaces/{name}")
+        except KubeError:
+            pass
+    wait_for("the document's namespaces deleted", lambda: not created & namespaces(kube),
+             timeout=NAMESPACE_DELETION_TIMEOUT)
 
 
 @pytest.mark.parametrize("document", WITH_COMMANDS)
@@ -102,28 +93,15 @@ def test_every_command_of_the_document_runs(document, kube, kubeconfig, kubectl,
     workdir = tmp_path / "run"
     workdir.mkdir()
 
-    # Without a namespace controller a deleted namespace stays Terminating, unusable by a later test
-    # (batchsched-system: test_deploy.py), so on the local control plane, fresh each session, they stay.
-    real_cluster = bool(os.environ.get("KUBECONFIG"))
-    before = namespaces(kube)
-    controllers = None if real_cluster else StandInControllers(kubeconfig)
-    if controllers:
-        controllers.start()
+    namespaces_before, workloads_before = namespaces(kube), workloads(kube)
     try:
         outcomes = run_commands(doc.commands, checkout, env, workdir, timeout=COMMAND_TIMEOUT)
     finally:
-        if controllers:
-            controllers.stop()
-        for name in namespaces(kube) - before:
-            if real_cluster:
-                try:
-                    kube.delete(f"/api/v1/namespaces/{name}")
-                except KubeError:
-                    pass
+        delete_what_the_document_left(kube, namespaces_before, workloads_before)
 
     skipped = [c for c in doc.commands if c.skip is not None]
     print(f"{document}: {len(outcomes)} command(s) run, {len(skipped)} not run here:")
     for command in skipped:
         print(f"  {command.where}: {command.text.splitlines()[0]}  -- {command.skip}")
-    failures = [o.report() for o in outcomes if o.status != "ok"] + (controllers.errors if controllers else [])
+    failures = [o.report() for o in outcomes if o.status != "ok"]
     assert not failures, "\n\n".join(failures)

@@ -1,21 +1,14 @@
-"""examples/ apply cleanly and their pods are scheduled.
-
-The local control plane runs no Job or Deployment controller, so after the
-examples are applied with kubectl this test creates the pods those
-controllers would create -- the same pod templates, as read back from the
-API server, with the names, labels and annotations the controllers give
-them (indexed names for the Job) -- and lets batchsched schedule them. On
-kind (e2e/kind) the real controllers create them.
+"""examples/ apply cleanly and their pods are scheduled: the Job and
+ReplicaSet controllers of the cluster (the local control plane's
+kube-controller-manager, or kind's) create the pods, batchsched binds them.
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
 from batchsched.api import constants
-from tests.support.controllers import controller_pods
 from tests.support.kube import wait_for
 from tests.support.kubectl import run_kubectl
 
@@ -32,14 +25,7 @@ def test_the_examples_apply_and_their_pods_are_scheduled(env, kubeconfig, kubect
     for i in range(5):  # 4 training workers x 8 GPUs, then 2 x 1 GPU of inference
         env.add_node(f"gpu{i}", gpus=8, taints=GPU_TAINT)
 
-    base = f"/apis/batch/v1/namespaces/{env.namespace}/jobs"
-    job = env.kube.get(f"{base}/llama-finetune")
-    deployment = env.kube.get(f"/apis/apps/v1/namespaces/{env.namespace}/deployments/llm-inference")
-    if os.environ.get("KUBECONFIG"):  # a real cluster: its controllers create the pods
-        wait_for("the controllers' pods", lambda: len(env.kube.pods(env.namespace)) == 6)
-    else:
-        for p in controller_pods(job) + controller_pods(deployment):
-            env.create(p)
+    wait_for("the controllers' pods", lambda: len(env.kube.pods(env.namespace)) == 6)
     start_scheduler()
 
     training = wait_for("the 4 training workers bound", lambda: (

@@ -350,18 +350,16 @@ def test_no_reservation_waits_for_deployment_pods(env, start_scheduler):
     env.add_cluster_object(priority_class(low, 10))
     env.add_cluster_object(priority_class(high, 1000))
     nodes = [env.add_node(f"gpu{i}", gpus=8) for i in range(4)]
-    template = pod("infer", env.namespace, gpus=1, cpu="1", priority_class=low, labels={"app": "infer"})
-    replica_set = env.kube.create(f"/apis/apps/v1/namespaces/{env.namespace}/replicasets", {
+    # its pods, placed one per node by kube-scheduler before batchsched starts
+    template = pod("infer", env.namespace, gpus=1, cpu="1", priority_class=low, labels={"app": "infer"},
+                   scheduler="default-scheduler", node_selector=env.node_label)
+    template["spec"]["affinity"] = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"app": "infer"}}, "topologyKey": "kubernetes.io/hostname"}]}}
+    env.kube.create(f"/apis/apps/v1/namespaces/{env.namespace}/replicasets", {
         "apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": {"name": "infer"},
         "spec": {"replicas": len(nodes), "selector": {"matchLabels": {"app": "infer"}},
                  "template": {"metadata": {"labels": {"app": "infer"}}, "spec": template["spec"]}}})
-    for i, node in enumerate(nodes):  # as its controller would create them, bound one per node
-        infer = pod(f"infer-{i}", env.namespace, gpus=1, cpu="1", priority_class=low, labels={"app": "infer"})
-        infer["spec"]["nodeName"] = node
-        infer["metadata"]["ownerReferences"] = [{
-            "apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "infer",
-            "uid": replica_set["metadata"]["uid"], "controller": True}]
-        env.create(infer)
+    wait_for("the ReplicaSet's pods bound one per node", lambda: sorted(env.bound().values()) == sorted(nodes))
     make_gang(env, "big", 4, gpus=8, cpu="1", priority_class=high, group_spec={"priorityClassName": high})
     start_scheduler(queue={"reservationAfterSeconds": 0, "initialBackoffSeconds": 0.2})
     wait_unschedulable(env, "big")

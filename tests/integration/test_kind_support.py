@@ -14,7 +14,6 @@ import yaml
 
 from batchsched.api import constants
 from batchsched.core.topology.annotation import from_annotation
-from tests.support.controllers import controller_pods
 from tests.support.kube import wait_for
 from tests.support.kubectl import rendered, run_kubectl
 
@@ -70,13 +69,7 @@ def test_simulated_gpus_make_plain_nodes_take_the_kind_examples(env, kube, kubec
     for obj in objects:
         obj["metadata"]["namespace"] = env.namespace
     run_kubectl(kubectl, kubeconfig, "apply", "-f", "-", stdin=yaml.safe_dump_all(objects))
-    if os.environ.get("KUBECONFIG"):  # a real cluster: its controllers create the pods
-        wait_for("the controllers' pods", lambda: len(env.kube.pods(env.namespace)) == 6)
-    else:
-        for kind, path in (("Job", "batch/v1/namespaces/{ns}/jobs/llama-finetune"),
-                           ("Deployment", "apps/v1/namespaces/{ns}/deployments/llm-inference")):
-            for p in controller_pods(env.kube.get("/apis/" + path.format(ns=env.namespace))):
-                env.create(p)
+    wait_for("the controllers' pods", lambda: len(env.kube.pods(env.namespace)) == 6)
     start_scheduler(queue={"initialBackoffSeconds": 0.2})
     wait_for("every example pod bound", lambda: len(env.bound()) == 6, timeout=60)
     wait_for("the training gang Running",

@@ -83,15 +83,14 @@ def events_about(env, name: str, reason: str) -> list[str]:
 
 def budget_allowing_one_disruption(env, name: str, selector: dict, pods: int) -> None:
     """A PodDisruptionBudget over ``pods`` healthy pods that allows one
-    disruption, with the status the disruption controller would write (the
-    local control plane runs no kube-controller-manager): the Eviction API
-    takes it down to 0 on the first real eviction."""
-    created = env.create({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": name},
-                          "spec": {"minAvailable": pods - 1, "selector": {"matchLabels": selector}}})
-    created["status"] = {"observedGeneration": created["metadata"]["generation"], "disruptionsAllowed": 1,
-                         "currentHealthy": pods, "desiredHealthy": pods - 1, "expectedPods": pods}
-    env.kube.request("PUT", f"/apis/policy/v1/namespaces/{env.namespace}/poddisruptionbudgets/{name}/status",
-                     body=created)
+    disruption, once the disruption controller says so: the Eviction API takes
+    it down to 0 on the first real eviction."""
+    env.create({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": name},
+                "spec": {"minAvailable": pods - 1, "selector": {"matchLabels": selector}}})
+    wait_for(f"the disruption controller allowing one disruption of {name}", lambda: (
+        (budget := env.kube.get(f"/apis/policy/v1/namespaces/{env.namespace}/poddisruptionbudgets/{name}"))
+        .get("status", {}).get("observedGeneration") == budget["metadata"]["generation"]
+        and budget["status"].get("disruptionsAllowed") == 1))
 
 
 # 1

@@ -26,7 +26,7 @@ def rendered(binary: str, kubeconfig: str, directory: Path) -> list[dict]:
 def service_account_kubeconfig(kube: TestKube, admin_kubeconfig: str, namespace: str, name: str,
                                path: Path) -> str:
     """A kubeconfig that authenticates as the ServiceAccount, with a token from
-    the TokenRequest API (no token controller runs in the local control plane)."""
+    the TokenRequest API (what kubelets use; no long-lived token Secret)."""
     token = kube.create(f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token",
                         {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
                          "spec": {"expirationSeconds": 3600}})["status"]["token"]
