@@ -15,7 +15,7 @@ from batchsched.api import constants
 from batchsched.core import resources as res
 from batchsched.core.cycle import REASON_EXCEEDS_CAPACITY
 from batchsched.core.gangs import Gang, GangIndex
-from batchsched.core.model import NodeInfo, TopologyPolicy
+from batchsched.core.model import NodeInfo, TopologyPolicy, device_plugin_gpus
 from batchsched.core.placement.capacity import CapacityIndex
 from batchsched.core.placement.fit import resource_reasons, static_reasons
 from batchsched.core.placement.gang import min_resources_beyond, never_fits
@@ -193,7 +193,7 @@ def _dra_checklist(snapshot: Snapshot) -> dict[str, Any]:
         node = snapshot.nodes[name]
         if node.dra is None:
             continue
-        device_plugin = node.allocatable.get(constants.GPU_RESOURCE, 0)
+        device_plugin = device_plugin_gpus(node)
         nodes[name] = {
             "devices": len(node.dra.gpus), "allocated": state.dra_allocated(name),
             "devicePluginGpus": device_plugin, "gpus": device_plugin + len(node.dra.gpus),

@@ -202,14 +202,24 @@ def test_every_claims_allocation_counts_in_use_and_a_deallocation_frees(cache):
     assert cache.state.dra_allocated(NODE) == 0
 
 
-def test_an_assumed_allocation_survives_a_relist_and_ends_when_the_claim_shows_it(cache):
+def test_an_assumed_allocation_survives_a_relist_and_ends_when_a_claim_reserved_for_the_pod_shows_one(cache):
     listed(cache, nodes=[node_json()], slices=[dra.resource_slice(NODE, TOPOLOGY)], claims=[claim_json("a")])
-    cache.state.assume_allocation("uid-a", (AllocatedDevice("gpus", "gpu.nvidia.com", NODE, device(3)),))
+    cache.state.assume_allocation("pod-1", (AllocatedDevice("gpus", "gpu.nvidia.com", NODE, device(3)),))
     relist(cache, "resourceclaims", [claim_json("a")])  # a lagging list: not allocated yet
     assert cache.state.dra_allocated(NODE) == 1
-    relist(cache, "resourceclaims", [claim_json("a", [device(3)])])
+    relist(cache, "resourceclaims", [claim_json("a", [device(3)])])  # allocated, but not for that pod
+    assert cache.state.dra.assumed != {}
+    relist(cache, "resourceclaims", [claim_json("a", [device(3)], reserved_for="pod-1")])
     assert cache.state.dra.assumed == {} and cache.state.dra_allocated(NODE) == 1
     relist(cache, "resourceclaims", [])
+    assert cache.state.dra_allocated(NODE) == 0
+
+
+def test_an_assumed_allocation_ends_with_its_pod(cache):
+    listed(cache, nodes=[node_json()], slices=[dra.resource_slice(NODE, TOPOLOGY)], pods=[pod_json("p", 1)])
+    cache.state.assume_allocation("p", (AllocatedDevice("gpus", "gpu.nvidia.com", NODE, device(3)),))
+    assert cache.state.dra_allocated(NODE) == 1
+    cache.state.remove_pod("p")
     assert cache.state.dra_allocated(NODE) == 0
 
 

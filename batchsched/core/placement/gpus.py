@@ -59,7 +59,7 @@ NO_GPU_IDS = GpuPick((), None, ())
 def static_reason(node: NodeInfo, request: Mapping[str, int], policy: TopologyPolicy) -> str:
     """Why the node is out for this gang whatever is free there ("" if it is not)."""
     if (request.get(constants.GPU_RESOURCE, 0) and node.dra is not None
-            and not node.allocatable.get(constants.GPU_RESOURCE, 0)):
+            and (node.gpus_by_dra or not node.allocatable.get(constants.GPU_RESOURCE, 0))):
         return REASON_DRA_ONLY
     if policy.exclusive_gpus and request.get(constants.GPU_RESOURCE, 0) and gpus_shared(node):
         return REASON_SHARED_GPUS

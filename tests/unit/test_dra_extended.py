@@ -1,0 +1,94 @@
+"""The extended-resource path in the core: a node where DRA serves
+nvidia.com/gpu counts its DRA GPUs as its nvidia.com/gpu (free: those in no
+claim's allocation nor assumed), its GPU room holds them by topology index,
+each GPU is counted once, and a pod placed there gets its claim: one
+request per container, the devices of the GPU ids picked."""
+from __future__ import annotations
+
+import pytest
+
+from batchsched.api import constants
+from batchsched.core.dra.extended import ExtendedClaimError, extended_claim
+from batchsched.core.dra.model import AllocatedDevice
+from batchsched.core.gpu_pools import node_gpus
+from batchsched.core.model import pod_from_json
+from batchsched.core.topology.choose import gpus_of
+from tests.support import dra
+from tests.unit.test_dra import NODE, TOPOLOGY, cache, claim_json, device, listed, node_json, pod_json  # noqa: F401
+
+GPU = constants.GPU_RESOURCE
+
+
+def served(cache, *, claims=(), pods=(), classes=(dra.device_class(),)):
+    return listed(cache, nodes=[node_json(gpus=0)], slices=[dra.resource_slice(NODE, TOPOLOGY)], claims=claims,
+                  pods=pods, classes=classes)
+
+
+def test_a_node_without_the_device_plugin_serves_nvidia_gpu_through_its_dra_gpus(cache):
+    served(cache, claims=[claim_json("other", [device(0), device(1)])])
+    node = cache.nodes[NODE]
+    assert node.gpus_by_dra and node.allocatable[GPU] == 8 and cache.state.total_allocatable[GPU] == 8
+    assert cache.state.free(NODE)[GPU] == 6  # someone else's claim holds 2
+    assert gpus_of(cache.state.room(NODE).free) == (2, 3, 4, 5, 6, 7)
+    figures = node_gpus(node, cache.state.free(NODE)[GPU], dra_allocated=cache.state.dra_allocated(NODE))
+    assert (figures.allocated, figures.free) == (2, 6)  # counted once in the metrics too
+
+
+def test_without_a_class_naming_nvidia_gpu_or_on_a_node_advertising_it_dra_does_not_serve_it(cache):
+    served(cache, classes=[])
+    assert not cache.nodes[NODE].gpus_by_dra and GPU not in cache.nodes[NODE].allocatable
+    listed(cache, nodes=[node_json(gpus=4)], slices=[dra.resource_slice(NODE, TOPOLOGY, indices=range(4))])
+    node = cache.nodes[NODE]
+    assert not node.gpus_by_dra and node.allocatable[GPU] == 4  # the device plugin serves it (kube-scheduler's rule)
+
+
+def test_a_bound_pod_served_by_its_claim_counts_once(cache):
+    served(cache, claims=[claim_json("mine", [device(i) for i in range(4)], reserved_for="p")],
+           pods=[pod_json("p", 4, NODE)])
+    assert cache.state.free(NODE)[GPU] == 4
+    assert gpus_of(cache.state.room(NODE).free) == (4, 5, 6, 7)
+
+
+def test_an_assumed_pod_and_its_assumed_devices_count_once_until_the_claim_confirms(cache):
+    served(cache, pods=[pod_json("p", 4)])
+    cache.assume("p", NODE, (0, 1, 2, 3))
+    cache.state.assume_allocation("p", tuple(AllocatedDevice("container-0-request-0", dra.DRIVER, NODE, device(i))
+                                             for i in range(4)))
+    assert cache.state.free(NODE)[GPU] == 4 and gpus_of(cache.state.room(NODE).free) == (4, 5, 6, 7)
+    cache.state.forget_allocation("p")  # written nowhere, and the pod still assumed: its request holds
+    assert cache.state.free(NODE)[GPU] == 4
+
+
+def test_as_if_drained_gives_back_the_devices_of_the_pods_gone_only(cache):
+    served(cache, claims=[claim_json("mine", [device(i) for i in range(4)], reserved_for="p"),
+                          claim_json("other", [device(4)])], pods=[pod_json("p", 4, NODE)])
+    state = cache.state
+    assert gpus_of(state.room(NODE).free) == (5, 6, 7)
+    assert state.dra_in_use_ids(NODE, except_pods={"p"}) == 1 << 4
+
+
+def pod_with(containers: list[tuple[str, int]], init: list[tuple[str, int]] = ()) -> object:
+    def spec(items):
+        return [{"name": n, "resources": {"limits": {GPU: str(k)}} if k else {}} for n, k in items]
+    return pod_from_json({"metadata": {"name": "p", "namespace": "ns", "uid": "p"},
+                          "spec": {"schedulerName": "batchsched", "containers": spec(containers),
+                                   "initContainers": spec(init)}})
+
+
+def test_the_claim_has_one_request_per_container_asking_and_the_picked_devices(cache):
+    served(cache)
+    node = cache.nodes[NODE]
+    pod = pod_with([("a", 2), ("none", 0), ("b", 1)], init=[("setup", 0)])
+    claim = extended_claim(node, pod, (4, 5, 6))
+    assert claim.device_class == dra.GPU_CLASS and claim.node == NODE
+    assert [(r.name, r.container, r.count) for r in claim.requests] == [
+        ("container-1-request-0", "a", 2), ("container-3-request-0", "b", 1)]
+    assert [(d.request, d.driver, d.pool, d.device) for d in claim.devices] == [
+        ("container-1-request-0", dra.DRIVER, NODE, device(4)), ("container-1-request-0", dra.DRIVER, NODE, device(5)),
+        ("container-3-request-0", dra.DRIVER, NODE, device(6))]
+
+
+def test_a_pod_asking_gpus_in_an_init_container_gets_no_claim_it_could_not_use(cache):
+    served(cache)
+    with pytest.raises(ExtendedClaimError, match="init container"):
+        extended_claim(cache.nodes[NODE], pod_with([("a", 2)], init=[("setup", 2)]), (0, 1))
