@@ -110,9 +110,10 @@ def explain_gang(snapshot: Snapshot, gang_key: str) -> Report:
     dra = _dra_checklist(snapshot)
     report.data["gpuChecklist"]["dra"] = dra
     if dra["nodes"]:
-        report.add(f"  nodes serving {constants.GPU_RESOURCE} through DRA: {len(dra['nodes'])} "
-                   f"({dra['devices']} devices, {dra['allocated']} allocated; "
-                   "this version hands none to pods)")
+        serving = sum(1 for n in dra["nodes"] if snapshot.nodes[n].gpus_by_dra)
+        report.add(f"  nodes with DRA GPUs: {len(dra['nodes'])} ({dra['devices']} devices, {dra['allocated']} "
+                   f"allocated; {constants.GPU_RESOURCE} served through them, by extended-resource claims, "
+                   f"on {serving})")
     for name, why in sorted(dra["unsupportedClasses"].items()):
         report.add(f"  -> DeviceClass {name} ({constants.GPU_RESOURCE}) is not read: {why}")
     if gpu_asked and not advertising and not dra["nodes"]:

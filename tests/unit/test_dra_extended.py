@@ -92,3 +92,28 @@ def test_a_pod_asking_gpus_in_an_init_container_gets_no_claim_it_could_not_use(c
     served(cache)
     with pytest.raises(ExtendedClaimError, match="init container"):
         extended_claim(cache.nodes[NODE], pod_with([("a", 2)], init=[("setup", 2)]), (0, 1))
+
+
+def gang_pod_json(name: str, gpus: int) -> dict:
+    obj = pod_json(name, gpus)
+    obj["metadata"]["labels"] = {constants.POD_GROUP_LABEL: "g"}
+    return obj
+
+
+def test_a_gang_on_a_dra_node_gets_nvlink_quads_as_the_devices_of_its_claims(cache):
+    from batchsched.core.cycle import schedule_cycle
+    from batchsched.core.queueing.queue import GangQueue
+    from batchsched.core.topology.choose import mask_of
+
+    served(cache, pods=[gang_pod_json("a", 4), gang_pod_json("b", 4)])
+    cache._apply_group("ADDED", {"apiVersion": "scheduling.batchsched.io/v1alpha1", "kind": "PodGroup",
+                                 "metadata": {"name": "g", "namespace": "ns", "uid": "g", "generation": 1},
+                                 "spec": {"minMember": 2}})
+    plan = schedule_cycle(cache.snapshot(1.0), GangQueue())
+    assert len(plan.bindings) == 2, plan.verdicts
+    quads = {mask_of(b.gpu_ids) for b in plan.bindings}
+    assert quads == {0x0F, 0xF0}  # the DGX-1's two NVLink quads
+    for b in plan.bindings:
+        assert b.claim is not None and b.claim.node == NODE
+        assert [d.device for d in b.claim.devices] == [device(i) for i in b.gpu_ids]
+        assert {d.request for d in b.claim.devices} == {"container-0-request-0"}

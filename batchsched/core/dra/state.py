@@ -148,6 +148,12 @@ class DraState:
     def in_use(self, key: DeviceKey) -> bool:
         return key in self._in_use
 
+    def held_by_others(self, pod_uid: str, devices: Iterable[AllocatedDevice]) -> list[str]:
+        """Those of ``devices`` in a claim's allocation, or assumed for
+        another pod (a last check before writing them for ``pod_uid``)."""
+        own = {d.key for d in self.assumed.get(pod_uid, ())}
+        return [d.device for d in devices if self._in_use.get(d.key, 0) > (d.key in own)]
+
     def allocated(self, dra: NodeDra) -> int:
         """How many of the node's DRA GPUs are in use."""
         return sum(1 for gpu in dra.gpus if gpu.key in self._in_use)
