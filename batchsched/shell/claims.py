@@ -126,11 +126,14 @@ class ClaimWriter:
         for attempt in range(STATUS_TRIES):
             if attempt:
                 await asyncio.sleep(min(0.1 * 2 ** attempt, 1.0))
+                # a list by name, not a get: the scheduler may list claims, not get them (deploy/rbac.yaml)
                 try:
-                    current = await self.kube.request("GET", path)
+                    found = (await self.kube.request("GET", claims_path(meta.get("namespace", "")), query={
+                        "fieldSelector": f"metadata.name={meta.get('name', '')}"})).get("items") or []
                 except (ApiError, aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
                     error = _why(exc)
                     continue
+                current = found[0] if found else {}
                 if (current.get("metadata") or {}).get("uid") != meta.get("uid"):
                     raise ClaimError("its ResourceClaim was replaced while being allocated")
                 allocated = (current.get("status") or {}).get("allocation")
