@@ -150,6 +150,10 @@ class ClaimWriter:
                     break  # refused (403: resourceclaims/binding not granted, 422: invalid): final
             except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
                 error = _why(exc)
+        if "resourceclaims/binding" in error:  # since 1.36 the API answers 422, naming the permission
+            raise ClaimError(f"allocating its ResourceClaim {meta.get('name')} needs update on "
+                             "resourceclaims/binding, which the scheduler's RBAC does not grant "
+                             f"(deploy/rbac.yaml): {error}")
         raise ClaimError(f"allocating its ResourceClaim {meta.get('name')} failed: {error}")
 
     async def _point_pod_at(self, namespace: str, pod: str, pod_uid: str, claim_name: str,

@@ -175,3 +175,38 @@ def test_after_a_kill_mid_gang_a_restart_leaves_one_claim_per_pod_and_binds_the_
     assert leftover["metadata"]["name"] not in {c["metadata"]["name"] for cs in owned.values() for c in cs}
     for name, pod in pods.items():
         assert assert_claim_serves(env, pod, owned[name][0], topology, 4) in QUADS
+
+
+def test_without_resourceclaims_binding_the_refusal_is_explained_and_nothing_is_left(
+        env, gpu_class, start_scheduler, kubeconfig, tmp_path):
+    import yaml
+
+    from tests.integration.test_deploy import DEPLOY
+    from tests.support.kubectl import service_account_kubeconfig
+
+    role = next(o for o in yaml.safe_load_all((DEPLOY / "rbac.yaml").read_text()) if o["kind"] == "ClusterRole")
+    rules = [{**r, "resources": [x for x in r["resources"] if x != "resourceclaims/binding"]} for r in role["rules"]]
+    rules = [r for r in rules if r["resources"]]
+    rules.append({"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create", "get", "update"]})
+    name = f"no-binding-{env.id}"
+    env.add_cluster_object({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                            "metadata": {"name": name}, "rules": rules})
+    env.add_cluster_object({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                            "metadata": {"name": name},
+                            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+                            "subjects": [{"kind": "ServiceAccount", "name": "sched", "namespace": env.namespace}]})
+    env.create({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "sched"}})
+    dra_node(env, "dgx", DGX1.read_text())
+    make_gang(env, "train", 1, gpus=2, cpu="1")
+    proc = start_scheduler(kubeconfig=service_account_kubeconfig(env.kube, kubeconfig, env.namespace, "sched",
+                                                                 tmp_path / "sa-kubeconfig"))
+
+    def explained() -> list[str]:
+        return [e["message"] for e in env.kube.get(f"/api/v1/namespaces/{env.namespace}/events")["items"]
+                if e["involvedObject"]["name"] == "train-0" and e["reason"] == "FailedBinding"
+                and "needs update on resourceclaims/binding, which the scheduler's RBAC does not grant"
+                in e["message"]]
+    wait_for("the missing permission named", explained, timeout=60)
+    assert "needs update on resourceclaims/binding" in proc.log()
+    wait_for("its claim deleted", lambda: not extended_claims_of(env))
+    assert env.bound() == {}
