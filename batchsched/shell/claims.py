@@ -89,14 +89,15 @@ class ClaimWriter:
         self.kube = kube
         self.state = state
 
-    def leftovers(self, pod_uid: str) -> list[ResourceClaim]:
+    def leftovers(self, namespace: str, pod_uid: str) -> list[ResourceClaim]:
         """Extended-resource claims the pod already has (a crash's, or a lost create's)."""
-        return [c for c in self.state().dra.claims.values() if c.extended and c.owner_pod == pod_uid]
+        return [c for c in self.state().dra.claims.values()
+                if c.extended and c.owner_pod == pod_uid and c.namespace == namespace]
 
     async def write(self, namespace: str, pod: str, pod_uid: str, claim: ExtendedClaim) -> WrittenClaim:
         """Create, allocate and reserve the pod's claim and point its status
         at it; on failure nothing of it is left (or the sweep removes it)."""
-        for old in self.leftovers(pod_uid):
+        for old in self.leftovers(namespace, pod_uid):
             await self.delete(WrittenClaim(old.namespace, old.name, old.uid))
         taken = self.state().dra.held_by_others(pod_uid, claim.devices)
         if taken:

@@ -347,7 +347,8 @@ class Scheduler:
         deleted, so that the pod's next attempt makes the only one."""
         for claim in list(self.cache.state.dra.claims.values()):
             pod = self.cache.pods.get(claim.owner_pod) if claim.extended else None
-            if (pod is None or pod.scheduler_name != self.config.scheduler_name or not pod.awaits_placement
+            if (pod is None or pod.namespace != claim.namespace or pod.scheduler_name != self.config.scheduler_name
+                    or not pod.awaits_placement
                     or pod.uid in self.cache.assumed or claim.uid in self._claims_deleting):
                 continue
             log.info("deleting ResourceClaim %s/%s: its pod %s is not bound nor being bound",

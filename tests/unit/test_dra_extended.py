@@ -117,3 +117,14 @@ def test_a_gang_on_a_dra_node_gets_nvlink_quads_as_the_devices_of_its_claims(cac
         assert b.claim is not None and b.claim.node == NODE
         assert [d.device for d in b.claim.devices] == [device(i) for i in b.gpu_ids]
         assert {d.request for d in b.claim.devices} == {"container-0-request-0"}
+
+
+def test_only_a_claim_holding_every_assumed_device_ends_the_assumption(cache):
+    served(cache, pods=[pod_json("p", 2)])
+    mine = tuple(AllocatedDevice("container-0-request-0", dra.DRIVER, NODE, device(i)) for i in (0, 1))
+    cache.state.assume_allocation("p", mine)
+    forged = claim_json("forged", [device(7)], reserved_for="p")  # a tenant's claim naming the pod
+    cache._dra_apply("resourceclaims")("ADDED", forged)
+    assert cache.state.dra.assumed == {"p": mine} and cache.state.free(NODE)[GPU] == 5
+    cache._dra_apply("resourceclaims")("ADDED", claim_json("real", [device(0), device(1)], reserved_for="p"))
+    assert cache.state.dra.assumed == {} and cache.state.free(NODE)[GPU] == 5

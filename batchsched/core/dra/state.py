@@ -103,9 +103,12 @@ class DraState:
         touched = self._unindex_claim(old) if old is not None else set()
         self.claims[claim.uid] = claim
         touched |= self._hold(claim.allocated, 1)
+        allocated = {d.key for d in claim.allocated}
         for pod_uid in claim.reserved_for:
             self._reserved.setdefault(pod_uid, {})[claim.uid] = None
-            if claim.allocated:  # confirmed: stop assuming
+            # confirmed (only by a claim holding every assumed device: any other,
+            # a tenant's forgery say, would free devices still being written)
+            if pod_uid in self.assumed and allocated >= {d.key for d in self.assumed[pod_uid]}:
                 touched |= self.forget_allocation(pod_uid)
         return touched
 
