@@ -92,7 +92,8 @@ def test_the_service_account_may_do_nothing_beyond_scheduling_and_evicting(
                                    ("list", "poddisruptionbudgets.policy"),
                                    ("get", "secrets"), ("update", "nodes"), ("patch", "nodes"),
                                    ("update", "podgroups.scheduling.batchsched.io"),
-                                   ("get", "resourceclaims.resource.k8s.io"), ("update", "resourceclaims.resource.k8s.io"),
+                                   ("get", "resourceclaims.resource.k8s.io"),
+                                   ("update", "resourceclaims.resource.k8s.io"),
                                    ("create", "resourceslices.resource.k8s.io"),
                                    ("update", "leases.coordination.k8s.io/another-lease", "-n", NAMESPACE),
                                    ("get", "leases.coordination.k8s.io/batchsched", "-n", "kube-system")]:
