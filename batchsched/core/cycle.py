@@ -268,7 +268,7 @@ def _claim_of(snapshot: Snapshot, assignment: Assignment) -> ExtendedClaim | Non
     node = snapshot.nodes[assignment.node_name]
     if not node.gpus_by_dra or not assignment.pod.requests.get(GPU_RESOURCE, 0):
         return None
-    return extended_claim(node, assignment.pod, assignment.gpu_ids)
+    return extended_claim(node, assignment.pod, assignment.gpu_ids, snapshot.cluster.dra.classes)
 
 
 def _give(capacity: CapacityIndex, amounts: Mapping[str, Resources], op: Callable) -> None:

@@ -23,6 +23,7 @@ a pod never has two.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from dataclasses import dataclass
 from typing import Callable
@@ -74,10 +75,14 @@ def new_claim(namespace: str, pod: str, pod_uid: str, claim: ExtendedClaim) -> d
 
 
 def allocation_status(pod: str, pod_uid: str, claim: ExtendedClaim) -> dict:
+    devices: dict = {"results": [{"request": d.request, "driver": d.driver, "pool": d.pool, "device": d.device}
+                                 for d in claim.devices]}
+    if claim.class_config:  # the class's config, for every request (they all ask that class)
+        devices["config"] = [{"source": "FromClass", "requests": [r.name for r in claim.requests],
+                              "opaque": json.loads(c)} for c in claim.class_config]
     return {
         "allocation": {
-            "devices": {"results": [{"request": d.request, "driver": d.driver, "pool": d.pool, "device": d.device}
-                                    for d in claim.devices]},
+            "devices": devices,
             "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
                 {"key": "metadata.name", "operator": "In", "values": [claim.node]}]}]}},
         "reservedFor": [{"resource": "pods", "name": pod, "uid": pod_uid}],

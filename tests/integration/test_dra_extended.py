@@ -210,3 +210,20 @@ def test_without_resourceclaims_binding_the_refusal_is_explained_and_nothing_is_
     assert "needs update on resourceclaims/binding" in proc.log()
     wait_for("its claim deleted", lambda: not extended_claims_of(env))
     assert env.bound() == {}
+
+
+def test_the_serving_class_config_is_written_into_the_allocation(env, gpu_class, start_scheduler):
+    opaque = {"driver": dra.DRIVER, "parameters": {"apiVersion": "resource.nvidia.com/v1beta1", "kind": "GpuConfig",
+                                                   "sharing": {"strategy": "TimeSlicing"}}}
+    configured = dra.device_class(name=f"a-configured-{env.id}")  # sorts first: the class its claims ask
+    configured["spec"]["config"] = [{"opaque": opaque}]
+    env.add_cluster_object(configured)
+    node, topology = dra_node(env, "dgx", DGX1.read_text())
+    make_gang(env, "train", 1, gpus=2, cpu="1")
+    start_scheduler()
+    wait_for("the pod bound", lambda: "train-0" in env.bound(), timeout=60)
+    [claim] = extended_claims_of(env)["train-0"]
+    assert claim["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"] == configured["metadata"]["name"]
+    assert claim["status"]["allocation"]["devices"]["config"] == [
+        {"source": "FromClass", "requests": ["container-0-request-0"], "opaque": opaque}]
+    assert len(claim["status"]["allocation"]["devices"]["results"]) == 2

@@ -79,7 +79,7 @@ def test_the_claim_has_one_request_per_container_asking_and_the_picked_devices(c
     served(cache)
     node = cache.nodes[NODE]
     pod = pod_with([("a", 2), ("none", 0), ("b", 1)], init=[("setup", 0)])
-    claim = extended_claim(node, pod, (4, 5, 6))
+    claim = extended_claim(node, pod, (4, 5, 6), cache.state.dra.classes)
     assert claim.device_class == dra.GPU_CLASS and claim.node == NODE
     assert [(r.name, r.container, r.count) for r in claim.requests] == [
         ("container-1-request-0", "a", 2), ("container-3-request-0", "b", 1)]
@@ -91,7 +91,7 @@ def test_the_claim_has_one_request_per_container_asking_and_the_picked_devices(c
 def test_a_pod_asking_gpus_in_an_init_container_gets_no_claim_it_could_not_use(cache):
     served(cache)
     with pytest.raises(ExtendedClaimError, match="init container"):
-        extended_claim(cache.nodes[NODE], pod_with([("a", 2)], init=[("setup", 2)]), (0, 1))
+        extended_claim(cache.nodes[NODE], pod_with([("a", 2)], init=[("setup", 2)]), (0, 1), {})
 
 
 def gang_pod_json(name: str, gpus: int) -> dict:
@@ -128,3 +128,21 @@ def test_only_a_claim_holding_every_assumed_device_ends_the_assumption(cache):
     assert cache.state.dra.assumed == {"p": mine} and cache.state.free(NODE)[GPU] == 5
     cache._dra_apply("resourceclaims")("ADDED", claim_json("real", [device(0), device(1)], reserved_for="p"))
     assert cache.state.dra.assumed == {} and cache.state.free(NODE)[GPU] == 5
+
+
+def test_the_serving_class_config_goes_into_the_allocation_for_every_request(cache):
+    from batchsched.shell.claims import allocation_status
+
+    opaque = {"driver": dra.DRIVER, "parameters": {"apiVersion": "resource.nvidia.com/v1beta1", "kind": "GpuConfig",
+                                                   "sharing": {"strategy": "TimeSlicing"}}}
+    configured = dra.device_class()
+    configured["spec"]["config"] = [{"opaque": opaque}]
+    served(cache, classes=[configured])
+    claim = extended_claim(cache.nodes[NODE], pod_with([("a", 1), ("b", 1)]), (0, 1), cache.state.dra.classes)
+    status = allocation_status("p", "uid-p", claim)
+    assert status["allocation"]["devices"]["config"] == [
+        {"source": "FromClass", "requests": ["container-0-request-0", "container-1-request-0"], "opaque": opaque}]
+    assert status["reservedFor"] == [{"resource": "pods", "name": "p", "uid": "uid-p"}]
+    served(cache)  # NVIDIA's class as shipped has no config: the allocation has none either
+    claim = extended_claim(cache.nodes[NODE], pod_with([("a", 1)]), (0,), cache.state.dra.classes)
+    assert "config" not in allocation_status("p", "uid-p", claim)["allocation"]["devices"]

@@ -13,9 +13,10 @@ writer, ``shell/claims.py``, does the writing).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Mapping
 
 from batchsched.api.constants import GPU_RESOURCE
-from batchsched.core.dra.model import AllocatedDevice
+from batchsched.core.dra.model import AllocatedDevice, DeviceClass
 from batchsched.core.model import NodeInfo, PodInfo
 from batchsched.core.topology.accounting import dra_gpus_by_id
 
@@ -37,15 +38,18 @@ class ExtendedClaim:
     device_class: str
     requests: tuple[ClaimRequest, ...]
     devices: tuple[AllocatedDevice, ...]  # each result names its request
+    class_config: tuple[str, ...] = ()  # the class's opaque configs, as JSON (DeviceClass.config)
 
 
 def request_name(container_index: int) -> str:
     return f"container-{container_index}-request-0"
 
 
-def extended_claim(node: NodeInfo, pod: PodInfo, gpu_ids: tuple[int, ...]) -> ExtendedClaim:
+def extended_claim(node: NodeInfo, pod: PodInfo, gpu_ids: tuple[int, ...],
+                   classes: Mapping[str, DeviceClass]) -> ExtendedClaim:
     """The claim giving ``pod`` the devices of ``gpu_ids`` on ``node`` (where
-    DRA serves nvidia.com/gpu), dealt to its containers in their order."""
+    DRA serves nvidia.com/gpu), dealt to its containers in their order, with
+    the serving class's config (``classes``: the DeviceClasses by name)."""
     asked = pod.requests.get(GPU_RESOURCE, 0)
     by_id = dra_gpus_by_id(node)
     gpus = [by_id[i] for i in gpu_ids if i in by_id]
@@ -57,14 +61,17 @@ def extended_claim(node: NodeInfo, pod: PodInfo, gpu_ids: tuple[int, ...]) -> Ex
         # one request per container would ask more devices than the pod holds
         raise ExtendedClaimError(f"pod {pod.key} asks {GPU_RESOURCE} in an init container; on {node.name} "
                                  "DRA serves it, and this version writes no claim for such a pod")
-    classes = {g.extended_class for g in gpus}
-    if len(classes) != 1:
+    serving = {g.extended_class for g in gpus}
+    if len(serving) != 1:
         raise ExtendedClaimError(f"the GPUs picked for pod {pod.key} on {node.name} are served by several "
-                                 f"DeviceClasses ({', '.join(sorted(classes))})")
+                                 f"DeviceClasses ({', '.join(sorted(serving))})")
     requests, devices, dealt = [], [], iter(gpus)
     for index, container, count in pod.gpu_containers:
         request = ClaimRequest(request_name(index), container, count)
         requests.append(request)
         devices.extend(AllocatedDevice(request.name, g.driver, g.pool, g.device)
                        for g in (next(dealt) for _ in range(count)))
-    return ExtendedClaim(node.name, classes.pop(), tuple(requests), tuple(devices))
+    name = serving.pop()
+    device_class = classes.get(name)
+    return ExtendedClaim(node.name, name, tuple(requests), tuple(devices),
+                         device_class.config if device_class is not None else ())
