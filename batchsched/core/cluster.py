@@ -36,7 +36,8 @@ from batchsched.core.dra.model import AllocatedDevice, DeviceClass, ResourceClai
 from batchsched.core.dra.state import DraState
 from batchsched.core.model import NodeInfo, PodInfo, annotated_topology, with_dra
 from batchsched.core.resources import Resources
-from batchsched.core.topology.accounting import GpuRoom, room_of
+from batchsched.core.topology.accounting import GpuRoom, dra_gpus_by_id, room_of
+from batchsched.core.topology.choose import mask_of
 
 
 class ClusterState:
@@ -92,16 +93,16 @@ class ClusterState:
         if old == node:
             return
         if old is not None:
-            self._add_total(_total_of(old), -1)
+            self._add_total(old.allocatable, -1)
         self.nodes[name] = node
-        self._add_total(_total_of(node), 1)
+        self._add_total(node.allocatable, 1)
         self._stamp_node(name)
 
     def remove_node(self, name: str) -> None:
         self._given.pop(name, None)
         old = self.nodes.pop(name, None)
         if old is not None:
-            self._add_total(_total_of(old), -1)
+            self._add_total(old.allocatable, -1)
             self._stamp_node(name)
             self._derived.pop(name, None)
 
@@ -122,6 +123,7 @@ class ClusterState:
         if old is not None:
             self._unindex(old)
             del self._seq[uid]
+        self._dra_changed(self.dra.forget_allocation(uid))  # what was assumed for it is moot
         return old
 
     # ---- DRA --------------------------------------------------------------------
@@ -147,13 +149,14 @@ class ClusterState:
         old = self.dra.claims.get(uid)
         self._dra_changed(set(self.dra.remove_claim(uid)) | self._nodes_of(old))
 
-    def assume_allocation(self, claim_uid: str, devices: tuple[AllocatedDevice, ...]) -> None:
-        """Devices this scheduler is allocating to a claim: in use until the
-        claim shows them (or ``forget_allocation``); a relist keeps them."""
-        self._dra_changed(self.dra.assume_allocation(claim_uid, devices))
+    def assume_allocation(self, pod_uid: str, devices: tuple[AllocatedDevice, ...]) -> None:
+        """Devices this scheduler is allocating to the pod's claim: in use
+        until a claim reserved for the pod shows an allocation, the pod goes,
+        or ``forget_allocation``; a relist keeps them."""
+        self._dra_changed(self.dra.assume_allocation(pod_uid, devices))
 
-    def forget_allocation(self, claim_uid: str) -> None:
-        self._dra_changed(self.dra.forget_allocation(claim_uid))
+    def forget_allocation(self, pod_uid: str) -> None:
+        self._dra_changed(self.dra.forget_allocation(pod_uid))
 
     def dra_allocated(self, name: str) -> int:
         """How many of the node's DRA GPUs are in use (allocated or assumed)."""
@@ -221,8 +224,26 @@ class ClusterState:
             for pod in holding:
                 for resource, amount in pod.requests.items():
                     free[resource] = free.get(resource, 0) - amount
-            derived = self._derived[name] = (stamp, free, room_of(node, holding))
+            in_use = self.dra_in_use_ids(name)
+            if node.gpus_by_dra:  # allocatable counts the DRA GPUs: those in claims are taken
+                free[GPU_RESOURCE] -= in_use.bit_count() + self._dra_in_use_without_id(node)
+            derived = self._derived[name] = (stamp, free, room_of(node, holding, in_use))
         return derived
+
+    def dra_in_use_ids(self, name: str, except_pods: Collection[str] = ()) -> int:
+        """Where DRA serves nvidia.com/gpu: the GPU ids (accounting.dra_gpus_by_id)
+        whose devices are in a claim's allocation or assumed, less those
+        only the pods ``except_pods`` (uids) hold -- as if they were gone."""
+        by_id = dra_gpus_by_id(self.nodes[name])
+        if not by_id:
+            return 0
+        theirs = set().union(*(self.dra.served_devices(uid) for uid in except_pods))
+        return mask_of(i for i, gpu in by_id.items() if self.dra.in_use(gpu.key) and gpu.key not in theirs)
+
+    def _dra_in_use_without_id(self, node: NodeInfo) -> int:
+        """The GPUs serving nvidia.com/gpu, in use, that have no GPU id (off the topology)."""
+        with_id = {gpu.key for gpu in dra_gpus_by_id(node).values()}
+        return sum(1 for g in node.dra.gpus if g.extended_class and g.key not in with_id and self.dra.in_use(g.key))
 
     def _device_plugin_share(self, pod: PodInfo, node: NodeInfo) -> PodInfo:
         """The pod as it weighs on the node's device-plugin GPUs: its
@@ -335,14 +356,3 @@ def _count(counts: dict[str, int], key: str, delta: int) -> None:
         counts[key] = count
     else:
         del counts[key]
-
-
-def _total_of(node: NodeInfo) -> Mapping[str, int]:
-    """What the node adds to the cluster's total: its allocatable, and the
-    GPUs it serves as nvidia.com/gpu through DRA (a gang asking more than
-    both together can never fit; docs/dra.md)."""
-    if node.dra is None or not node.dra.extended:
-        return node.allocatable
-    total = dict(node.allocatable)
-    total[GPU_RESOURCE] = total.get(GPU_RESOURCE, 0) + len(node.dra.gpus)  # over, never under: a proof stays one
-    return total

@@ -21,10 +21,11 @@ from batchsched.api.constants import GPU_RESOURCE
 from batchsched.core import resources as res
 from batchsched.core.cluster import ClusterState
 from batchsched.core.config import CoreConfig
+from batchsched.core.dra.extended import ExtendedClaim, extended_claim
 from batchsched.core.gangs import Gang, GangIndex, foreign_note, members_selector
 from batchsched.core.model import PodInfo
 from batchsched.core.placement.capacity import CapacityIndex, NodeEntry, cluster_capacity, kept_index
-from batchsched.core.placement.gang import GangPlan, PlanFailure, min_resources_beyond, plan_gang
+from batchsched.core.placement.gang import Assignment, GangPlan, PlanFailure, min_resources_beyond, plan_gang
 from batchsched.core.preemption.plan import NominationHolds, NoPreemption, plan_preemption
 from batchsched.core.preemption.policy import PreemptionPolicy, PreemptionState
 from batchsched.core.queueing.queue import GangQueue, Reservation
@@ -54,6 +55,9 @@ class Binding:
     node_name: str
     gang_key: str
     gpu_ids: tuple[int, ...] = ()  # travel on the Binding as the gpu-ids annotation
+    # Where DRA serves nvidia.com/gpu: the claim to write (allocated and
+    # reserved) before binding (shell/claims.py)
+    claim: ExtendedClaim | None = None
 
 
 @dataclass(frozen=True)
@@ -253,9 +257,18 @@ def _try_gang(snapshot: Snapshot, gangs: GangIndex, key: str, queue: GangQueue, 
     if result.unplaced:
         queue.record_failure(key, now)  # back off retrying the members that did not fit
     plan.bindings.extend(
-        Binding(a.pod.uid, a.pod.namespace, a.pod.name, a.node_name, key, a.gpu_ids)
+        Binding(a.pod.uid, a.pod.namespace, a.pod.name, a.node_name, key, a.gpu_ids, _claim_of(snapshot, a))
         for a in result.assignments)
     plan.verdicts[key] = Verdict(True, REASON_SCHEDULED, _scheduled_message(gang, result))
+
+
+def _claim_of(snapshot: Snapshot, assignment: Assignment) -> ExtendedClaim | None:
+    """The extended-resource claim of a pod given GPUs where DRA serves them
+    (raises ExtendedClaimError, its gang's verdict, when it cannot have one)."""
+    node = snapshot.nodes[assignment.node_name]
+    if not node.gpus_by_dra or not assignment.pod.requests.get(GPU_RESOURCE, 0):
+        return None
+    return extended_claim(node, assignment.pod, assignment.gpu_ids, snapshot.cluster.dra.classes)
 
 
 def _give(capacity: CapacityIndex, amounts: Mapping[str, Resources], op: Callable) -> None:
@@ -373,7 +386,8 @@ def _drained_entry(snapshot: Snapshot, draining: Callable[[PodInfo], bool]) -> C
         room = cluster.room(name)
         if room is not None:
             gone_uids = {p.uid for p in gone}
-            room = room_of(snapshot.nodes[name], [p for p in holding if p.uid not in gone_uids])
+            room = room_of(snapshot.nodes[name], [p for p in holding if p.uid not in gone_uids],
+                           cluster.dra_in_use_ids(name, gone_uids))
         return free, room, tiebreak
     return entry
 

@@ -15,7 +15,7 @@ from batchsched.api import constants
 from batchsched.core import resources as res
 from batchsched.core.cycle import REASON_EXCEEDS_CAPACITY
 from batchsched.core.gangs import Gang, GangIndex
-from batchsched.core.model import NodeInfo, TopologyPolicy
+from batchsched.core.model import NodeInfo, TopologyPolicy, device_plugin_gpus
 from batchsched.core.placement.capacity import CapacityIndex
 from batchsched.core.placement.fit import resource_reasons, static_reasons
 from batchsched.core.placement.gang import min_resources_beyond, never_fits
@@ -110,9 +110,10 @@ def explain_gang(snapshot: Snapshot, gang_key: str) -> Report:
     dra = _dra_checklist(snapshot)
     report.data["gpuChecklist"]["dra"] = dra
     if dra["nodes"]:
-        report.add(f"  nodes serving {constants.GPU_RESOURCE} through DRA: {len(dra['nodes'])} "
-                   f"({dra['devices']} devices, {dra['allocated']} allocated; "
-                   "this version hands none to pods)")
+        serving = sum(1 for n in dra["nodes"] if snapshot.nodes[n].gpus_by_dra)
+        report.add(f"  nodes with DRA GPUs: {len(dra['nodes'])} ({dra['devices']} devices, {dra['allocated']} "
+                   f"allocated; {constants.GPU_RESOURCE} served through them, by extended-resource claims, "
+                   f"on {serving})")
     for name, why in sorted(dra["unsupportedClasses"].items()):
         report.add(f"  -> DeviceClass {name} ({constants.GPU_RESOURCE}) is not read: {why}")
     if gpu_asked and not advertising and not dra["nodes"]:
@@ -193,7 +194,7 @@ def _dra_checklist(snapshot: Snapshot) -> dict[str, Any]:
         node = snapshot.nodes[name]
         if node.dra is None:
             continue
-        device_plugin = node.allocatable.get(constants.GPU_RESOURCE, 0)
+        device_plugin = device_plugin_gpus(node)
         nodes[name] = {
             "devices": len(node.dra.gpus), "allocated": state.dra_allocated(name),
             "devicePluginGpus": device_plugin, "gpus": device_plugin + len(node.dra.gpus),

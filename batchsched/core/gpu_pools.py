@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from batchsched.api.constants import GPU_RESOURCE
 from batchsched.core.cluster import ClusterState
-from batchsched.core.model import NodeInfo
+from batchsched.core.model import NodeInfo, device_plugin_gpus
 
 WHOLE_NODE_POD_GPUS = 8
 NO_POOL = "none"  # pool of nodes without the pool label
@@ -41,7 +41,7 @@ def stranded_gpus(node: NodeInfo, free: int, whole_pod_gpus: int = WHOLE_NODE_PO
 
 def node_gpu_count(node: NodeInfo) -> int:
     """The device plugin's GPUs and the DRA GPUs of the node."""
-    return node.allocatable.get(GPU_RESOURCE, 0) + (len(node.dra.gpus) if node.dra is not None else 0)
+    return device_plugin_gpus(node) + (len(node.dra.gpus) if node.dra is not None else 0)
 
 
 def node_gpus(node: NodeInfo, free_gpus: int, whole_pod_gpus: int = WHOLE_NODE_POD_GPUS,
@@ -51,8 +51,11 @@ def node_gpus(node: NodeInfo, free_gpus: int, whole_pod_gpus: int = WHOLE_NODE_P
     allocatable = node_gpu_count(node)
     if allocatable <= 0:
         return None
-    dra_free = allocatable - node.allocatable.get(GPU_RESOURCE, 0) - dra_allocated
-    free = min(allocatable, max(0, free_gpus) + max(0, dra_free))
+    if node.gpus_by_dra:  # free_gpus counts the DRA GPUs serving nvidia.com/gpu already
+        free = min(allocatable, max(0, free_gpus))
+    else:
+        dra_free = allocatable - node.allocatable.get(GPU_RESOURCE, 0) - dra_allocated
+        free = min(allocatable, max(0, free_gpus) + max(0, dra_free))
     return PoolGpus(allocatable - free, free, stranded_gpus(node, free, whole_pod_gpus))
 
 

@@ -128,6 +128,9 @@ class PodInfo:
     # Its PodScheduled condition as (status, reason, message), () when it has none:
     # the shell writes it for pending pods only when it changes.
     scheduled_condition: tuple[str, str, str] = ()
+    # (index, name, nvidia.com/gpu) of each container asking GPUs, init
+    # containers first (kube-scheduler's numbering of extended-resource requests)
+    gpu_containers: tuple[tuple[int, str, int], ...] = ()
 
     @property
     def key(self) -> str:
@@ -187,6 +190,9 @@ class NodeInfo:
     gpu_capacity: int = 0  # the device plugin's nvidia.com/gpu capacity (unhealthy GPUs too)
     # Its DRA GPUs (ResourceSlices), joined by ClusterState (``with_dra``); None: none.
     dra: NodeDra | None = None
+    # nvidia.com/gpu is served through DRA here (``with_dra``): then
+    # ``allocatable`` counts the DRA GPUs a class serves it with.
+    gpus_by_dra: bool = False
 
 
 @dataclass(frozen=True)
@@ -318,7 +324,22 @@ def pod_from_json(obj: Mapping[str, Any]) -> PodInfo:
         restart_policy=spec.get("restartPolicy") or "Always",
         active_deadline_seconds=_positive_int(spec.get("activeDeadlineSeconds")),
         scheduled_condition=_scheduled_condition(status.get("conditions")),
+        gpu_containers=_gpu_containers(spec),
     )
+
+
+def _gpu_containers(spec: Mapping[str, Any]) -> tuple[tuple[int, str, int], ...]:
+    """(index, name, nvidia.com/gpu) of each container asking GPUs, counting
+    init containers first, then app containers (limits, as the device
+    plugin and the extended-resource claim read them)."""
+    containers = [c for key in ("initContainers", "containers") for c in spec.get(key) or () if isinstance(c, dict)]
+    asking = []
+    for index, c in enumerate(containers):
+        r = c.get("resources") or {}
+        count = max(res.parse_resource_map(r.get(k)).get(constants.GPU_RESOURCE, 0) for k in ("requests", "limits"))
+        if count:
+            asking.append((index, str(c.get("name") or ""), count))
+    return tuple(asking)
 
 
 def _scheduled_condition(conditions: Any) -> tuple[str, str, str]:
@@ -430,7 +451,19 @@ def with_dra(node: NodeInfo, dra: NodeDra | None) -> NodeInfo:
         node.labels, gpus)
     if topology is None and dra is not None and dra.mask:  # the GPUs are flat: no index means anything
         dra = dataclasses.replace(dra, gpus=tuple(dataclasses.replace(g, index=None, mapped_by="") for g in dra.gpus))
-    return dataclasses.replace(node, dra=dra, topology=topology, topology_error=topology_error)
+    # kube-scheduler's rule: DRA serves the extended resource only where the
+    # node does not advertise it (on a node that does, the device plugin does).
+    by_dra = dra is not None and dra.extended and not node.allocatable.get(constants.GPU_RESOURCE, 0)
+    allocatable = node.allocatable
+    if by_dra:
+        allocatable = {**allocatable, constants.GPU_RESOURCE: sum(1 for g in dra.gpus if g.extended_class)}
+    return dataclasses.replace(node, dra=dra, topology=topology, topology_error=topology_error,
+                               allocatable=allocatable, gpus_by_dra=by_dra)
+
+
+def device_plugin_gpus(node: NodeInfo) -> int:
+    """The node's nvidia.com/gpu from the device plugin (none where DRA serves it)."""
+    return 0 if node.gpus_by_dra else node.allocatable.get(constants.GPU_RESOURCE, 0)
 
 
 def gpu_replicas(labels: Mapping[str, str]) -> int | None:

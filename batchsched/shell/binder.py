@@ -33,6 +33,7 @@ from urllib.parse import quote
 import aiohttp
 
 from batchsched.api import constants
+from batchsched.core.dra.extended import ExtendedClaim
 from batchsched.shell.kube import ApiError, Kube
 
 log = logging.getLogger(__name__)
@@ -51,6 +52,7 @@ class BindRequest:
     node: str
     gang_key: str
     gpu_ids: tuple[int, ...] = ()
+    claim: ExtendedClaim | None = None  # written (shell/claims.py) before the binding is sent
 
 
 @dataclass(frozen=True)

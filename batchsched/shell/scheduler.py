@@ -28,6 +28,7 @@ from batchsched.core.topology.accounting import topology_of
 from batchsched.core.topology.alignment import is_aligned
 from batchsched.shell.binder import Binder, BindRequest, BindResult
 from batchsched.shell.cache import ClusterCache
+from batchsched.shell.claims import ClaimError, ClaimWriter, WrittenClaim
 from batchsched.shell.evictor import Evictor
 from batchsched.shell.kube import Kube
 from batchsched.shell.logs import decision
@@ -58,6 +59,10 @@ class Scheduler:
         self.queue = GangQueue.from_config(self.core_config)
         self.binder = Binder(kube, config.binding.parallelism, config.binding.retries)
         self.binder.settled_by_watch = self._settled_by_watch
+        self.claims = ClaimWriter(kube, lambda: self.cache.state)
+        self._claim_slots = asyncio.Semaphore(config.binding.parallelism)
+        self._claims_swept = 0.0
+        self._claims_deleting: set[str] = set()  # claim uids
         self.status = StatusWriter(kube, config.status_min_interval_seconds, self.binder.wait_idle)
         self.events = EventRecorder(kube, config.scheduler_name, wait_for_bindings=self.binder.wait_idle)
         self.pod_conditions = PodConditionWriter(kube, lambda uid: self.cache.pods.get(uid),
@@ -204,12 +209,17 @@ class Scheduler:
             for task in self.evictor.expire_nominations():
                 self._track(task)
         if plan.bindings:
-            requests = [BindRequest(b.pod_uid, b.namespace, b.pod_name, b.node_name, b.gang_key, b.gpu_ids)
+            requests = [BindRequest(b.pod_uid, b.namespace, b.pod_name, b.node_name, b.gang_key, b.gpu_ids, b.claim)
                         for b in plan.bindings]
             eligible_since = self._quorum_eligible_since(plan, snapshot)  # before assuming changes it
             for r in requests:
                 self.cache.assume(r.uid, r.node, r.gpu_ids)
+                if r.claim is not None:  # its devices are taken from now, like its room
+                    self.cache.state.assume_allocation(r.uid, r.claim.devices)
             self._spawn(self._bind(requests, eligible_since))
+        if time.monotonic() - self._claims_swept > 1.0:
+            self._claims_swept = time.monotonic()
+            self._sweep_leftover_claims()
         self._count_attempts(plan)
         self._report(plan, touched)
         return plan
@@ -253,11 +263,16 @@ class Scheduler:
     async def _bind(self, requests: list[BindRequest], eligible_since: dict[str, float]) -> None:
         by_gang: dict[str, list[BindResult]] = {}
         refused: set[str] = set()
+        written: dict[str, WrittenClaim] = {}  # pod uid -> its claim, written for this binding
+        if any(r.claim is not None for r in requests):
+            requests = await self._write_claims(requests, written)
         async for result in self.binder.bind_each(requests):
             key = result.request.gang_key
             by_gang.setdefault(key, []).append(result)
             if not result.ok:
                 self.cache.forget(result.request.uid)  # first: its room is free whatever follows
+                if result.request.uid in written:  # kube-scheduler's Unreserve: the claim goes too
+                    self._spawn(self._undo_claim(result.request.uid, written.pop(result.request.uid)))
                 if key not in refused:  # at once, so the next cycle does not retry it; once a batch
                     refused.add(key)
                     self.queue.record_bind_refused(key, time.time())  # refused or gone: not for want of room
@@ -274,6 +289,78 @@ class Scheduler:
             log.info("bound %d of %d pod(s)", len(bound), len(outcomes), extra=decision(key, bound))
             if key in eligible_since and len(bound) == len(outcomes):
                 self.metrics.gang_e2e_duration.observe(finished - eligible_since[key])
+
+    async def _write_claims(self, requests: list[BindRequest], written: dict[str, WrittenClaim]) -> list[BindRequest]:
+        """Write the claims of every gang's pods placed where DRA serves
+        nvidia.com/gpu; the requests left to bind: those of the gangs whose
+        claims were all written.  A gang with one claim not written binds no
+        member: the claims written for it are deleted, its pods unassumed,
+        and it backs off like a refused binding."""
+        by_gang: dict[str, list[BindRequest]] = {}
+        for r in requests:
+            by_gang.setdefault(r.gang_key, []).append(r)
+        failed = set()
+
+        async def write_gang(key: str, members: list[BindRequest]) -> None:
+            asking = [r for r in members if r.claim is not None]
+            outcomes = await asyncio.gather(*(self._write_claim(r) for r in asking), return_exceptions=True)
+            errors = {r.uid: o for r, o in zip(asking, outcomes) if isinstance(o, BaseException)}
+            done = {r.uid: o for r, o in zip(asking, outcomes) if isinstance(o, WrittenClaim)}
+            if not errors:
+                written.update(done)
+                return
+            failed.add(key)
+            await asyncio.gather(*(self._undo_claim(uid, claim) for uid, claim in done.items()))
+            first = next(r for r in asking if r.uid in errors)
+            why = errors[first.uid]
+            for r in members:
+                self.cache.state.forget_allocation(r.uid)
+                self.cache.forget(r.uid)
+                message = (f"{why}" if r.uid in errors else
+                           f"not bound: the ResourceClaim of gang member {first.name} was not written ({why})")
+                self.metrics.bind_errors.inc()
+                log.warning("%s/%s: %s", r.namespace, r.name, message, extra=decision(key, [r.name], node=r.node))
+                self.events.emit(pod_ref(r.namespace, r.name, r.uid), "Warning", "FailedBinding",
+                                 f"Binding to {r.node} failed: {message}")
+            self.queue.record_bind_refused(key, time.time())
+
+        await asyncio.gather(*(write_gang(k, m) for k, m in by_gang.items() if any(r.claim for r in m)))
+        return [r for r in requests if r.gang_key not in failed]
+
+    async def _write_claim(self, r: BindRequest) -> WrittenClaim:
+        async with self._claim_slots:
+            try:
+                return await self.claims.write(r.namespace, r.name, r.uid, r.claim)
+            except ClaimError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - a bug here fails this gang, not the loop
+                log.exception("writing the ResourceClaim of %s/%s failed", r.namespace, r.name)
+                raise ClaimError(f"writing its ResourceClaim failed: {type(exc).__name__}: {exc}") from exc
+
+    async def _undo_claim(self, pod_uid: str, claim: WrittenClaim) -> None:
+        await self.claims.delete(claim)
+        self.cache.state.forget_allocation(pod_uid)
+
+    def _sweep_leftover_claims(self) -> None:
+        """Extended-resource claims of our pods that are neither bound nor
+        being bound (left by a crash, or by a delete that failed) are
+        deleted, so that the pod's next attempt makes the only one."""
+        for claim in list(self.cache.state.dra.claims.values()):
+            pod = self.cache.pods.get(claim.owner_pod) if claim.extended else None
+            if (pod is None or pod.namespace != claim.namespace or pod.scheduler_name != self.config.scheduler_name
+                    or not pod.awaits_placement
+                    or pod.uid in self.cache.assumed or claim.uid in self._claims_deleting):
+                continue
+            log.info("deleting ResourceClaim %s/%s: its pod %s is not bound nor being bound",
+                     claim.namespace, claim.name, pod.name)
+            self._claims_deleting.add(claim.uid)
+            self._spawn(self._delete_leftover(WrittenClaim(claim.namespace, claim.name, claim.uid)))
+
+    async def _delete_leftover(self, claim: WrittenClaim) -> None:
+        try:
+            await self.claims.delete(claim)
+        finally:
+            self._claims_deleting.discard(claim.uid)
 
     def _bound(self, result: BindResult) -> None:
         req = result.request

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.integration.test_dra_inventory import DGX1, dra_node, gpu_class  # noqa: F401
 from tests.integration.test_gang_scheduling import make_gang, members_bound
 from tests.integration.test_partial_gangs import refuse_binding_of
 from tests.integration.test_preemption import Classes, alive, fill_with_inference, preemption_config
@@ -84,10 +85,16 @@ def test_the_service_account_may_do_nothing_beyond_scheduling_and_evicting(
     assert can("update", "leases.coordination.k8s.io/batchsched", "-n", NAMESPACE)
     assert can("create", "pods", "--subresource=eviction", "-n", env.namespace)
     assert can("patch", "pods", "--subresource=status", "-n", env.namespace)
+    assert can("create", "resourceclaims.resource.k8s.io", "-n", env.namespace)
+    assert can("update", "resourceclaims.resource.k8s.io", "--subresource=status", "-n", env.namespace)
+    assert can("update", "resourceclaims.resource.k8s.io", "--subresource=binding", "-n", env.namespace)
     for verb, resource, *extra in [("create", "pods"), ("delete", "pods"), ("update", "pods"), ("get", "pods"),
                                    ("list", "poddisruptionbudgets.policy"),
                                    ("get", "secrets"), ("update", "nodes"), ("patch", "nodes"),
                                    ("update", "podgroups.scheduling.batchsched.io"),
+                                   ("get", "resourceclaims.resource.k8s.io"),
+                                   ("update", "resourceclaims.resource.k8s.io"),
+                                   ("create", "resourceslices.resource.k8s.io"),
                                    ("update", "leases.coordination.k8s.io/another-lease", "-n", NAMESPACE),
                                    ("get", "leases.coordination.k8s.io/batchsched", "-n", "kube-system")]:
         assert not can(verb, resource, "-n", env.namespace, *extra), f"{SA_USER} may {verb} {resource} {extra}"
@@ -125,6 +132,10 @@ def used_by(rule: tuple[str, str, str, str, str], event: dict) -> bool:
     namespace, group, resource, verb, name = rule
     ref = event["objectRef"]
     full = ref["resource"] + (f"/{ref['subresource']}" if ref.get("subresource") else "")
+    if resource == "resourceclaims/binding":
+        # not a request of its own: the API server asks it of every write of
+        # a claim's allocation or reservedFor (DRAResourceClaimGranularStatusAuthorization)
+        full = "resourceclaims/binding" if full == "resourceclaims/status" else full
     return (event["verb"] == verb and ref.get("apiGroup", "") == group and full == resource
             and (not name or ref.get("name") == name) and (not namespace or ref.get("namespace") == namespace))
 
@@ -135,7 +146,7 @@ def unused(rules: set[tuple[str, str, str, str, str]], events: list[dict]) -> se
 
 @pytest.mark.parametrize("mode, component", [("Evict", None), ("Delete", "preemption-delete")])
 def test_every_rule_granted_is_used_and_nothing_the_scheduler_does_is_refused(
-        env, kube, kubeconfig, kubectl, audit_log, start_scheduler, tmp_path, mode, component):
+        env, kube, kubeconfig, kubectl, audit_log, start_scheduler, tmp_path, mode, component, gpu_class):
     overlay = tmp_path / "overlay"
     overlay.mkdir()
     (overlay / "kustomization.yaml").write_text(yaml.safe_dump({
@@ -157,9 +168,12 @@ def test_every_rule_granted_is_used_and_nothing_the_scheduler_does_is_refused(
     inference = fill_with_inference(env, [node], 8, classes.low)
     make_gang(env, "train", 1, group_spec={"priorityClassName": classes.high}, gpus=4, cpu="1",
               priority_class=classes.high)
-    # and a gang one of whose bindings is refused, which starts over (an eviction in either mode)
+    # and a gang one of whose bindings is refused, which starts over (an eviction in either mode);
+    # its pods ask GPUs of a node serving them through DRA only: their claims are written, and
+    # stuck-1's deleted when its binding is refused
+    dra_node(env, "dra", DGX1.read_text(), indices=[0, 1])
     refuse_binding_of(env, "stuck-1")
-    make_gang(env, "stuck", 2, cpu="1")
+    make_gang(env, "stuck", 2, cpu="1", gpus=1)
     config = preemption_config()
     config["preemption"]["mode"] = mode
     config["binding"] = {"partialGangTimeoutSeconds": 2}

@@ -16,7 +16,7 @@ from batchsched.core.dra.model import (
     MAX_RESULTS, AllocatedDevice, DeviceClass, DraError, claim_from_json, slice_from_json,
 )
 from batchsched.core.gpu_pools import node_gpus
-from batchsched.core.placement.gpus import REASON_DRA_ONLY, static_reason
+from batchsched.core.placement.gpus import REASON_DRA_NO_CLASS, static_reason
 from batchsched.core.model import TopologyPolicy
 from batchsched.core.topology.accounting import gpu_id_count
 from batchsched.core.topology.annotation import to_annotation
@@ -202,14 +202,24 @@ def test_every_claims_allocation_counts_in_use_and_a_deallocation_frees(cache):
     assert cache.state.dra_allocated(NODE) == 0
 
 
-def test_an_assumed_allocation_survives_a_relist_and_ends_when_the_claim_shows_it(cache):
+def test_an_assumed_allocation_survives_a_relist_and_ends_when_a_claim_reserved_for_the_pod_shows_one(cache):
     listed(cache, nodes=[node_json()], slices=[dra.resource_slice(NODE, TOPOLOGY)], claims=[claim_json("a")])
-    cache.state.assume_allocation("uid-a", (AllocatedDevice("gpus", "gpu.nvidia.com", NODE, device(3)),))
+    cache.state.assume_allocation("pod-1", (AllocatedDevice("gpus", "gpu.nvidia.com", NODE, device(3)),))
     relist(cache, "resourceclaims", [claim_json("a")])  # a lagging list: not allocated yet
     assert cache.state.dra_allocated(NODE) == 1
-    relist(cache, "resourceclaims", [claim_json("a", [device(3)])])
+    relist(cache, "resourceclaims", [claim_json("a", [device(3)])])  # allocated, but not for that pod
+    assert cache.state.dra.assumed != {}
+    relist(cache, "resourceclaims", [claim_json("a", [device(3)], reserved_for="pod-1")])
     assert cache.state.dra.assumed == {} and cache.state.dra_allocated(NODE) == 1
     relist(cache, "resourceclaims", [])
+    assert cache.state.dra_allocated(NODE) == 0
+
+
+def test_an_assumed_allocation_ends_with_its_pod(cache):
+    listed(cache, nodes=[node_json()], slices=[dra.resource_slice(NODE, TOPOLOGY)], pods=[pod_json("p", 1)])
+    cache.state.assume_allocation("p", (AllocatedDevice("gpus", "gpu.nvidia.com", NODE, device(3)),))
+    assert cache.state.dra_allocated(NODE) == 1
+    cache.state.remove_pod("p")
     assert cache.state.dra_allocated(NODE) == 0
 
 
@@ -254,12 +264,14 @@ def test_a_pod_served_by_its_claim_does_not_count_twice(cache):
     assert cache.state.dra_allocated(NODE) == 2
 
 
-def test_a_dra_only_node_refuses_gpu_pods_with_a_reason_and_takes_the_rest(cache):
-    listed(cache, nodes=[node_json(gpus=0)], slices=[dra.resource_slice(NODE, TOPOLOGY)])
+def test_a_node_with_dra_gpus_no_class_serves_refuses_gpu_pods_with_a_reason_and_takes_the_rest(cache):
+    listed(cache, nodes=[node_json(gpus=0)], slices=[dra.resource_slice(NODE, TOPOLOGY)], classes=[])
     node = cache.nodes[NODE]
     assert node.topology_error == ""  # its 8 GPUs are the topology's 8
-    assert static_reason(node, {constants.GPU_RESOURCE: 1}, TopologyPolicy()) == REASON_DRA_ONLY
+    assert static_reason(node, {constants.GPU_RESOURCE: 1}, TopologyPolicy()) == REASON_DRA_NO_CLASS
     assert static_reason(node, {"cpu": 1000}, TopologyPolicy()) == ""
+    listed(cache, nodes=[node_json(gpus=0)], slices=[dra.resource_slice(NODE, TOPOLOGY)])
+    assert static_reason(cache.nodes[NODE], {constants.GPU_RESOURCE: 1}, TopologyPolicy()) == ""  # served: takes them
 
 
 def test_a_topology_count_problem_waits_for_the_dra_lists_and_is_not_reported_for_dra_gpus(cache):
@@ -378,8 +390,8 @@ def test_explain_names_a_gpu_class_it_cannot_read(cache):
     listed(cache, nodes=[node_json()], classes=[dra.device_class(), unreadable],
            slices=[dra.resource_slice(NODE, TOPOLOGY)], pods=[pod_json("w", 1)])
     report = explain_gang(cache.snapshot(0), "ns/pod:w")
-    assert "  nodes serving nvidia.com/gpu through DRA: 1 (8 devices, 0 allocated; this version hands none to pods)" \
-        in report.lines
+    assert ("  nodes with DRA GPUs: 1 (8 devices, 0 allocated; nvidia.com/gpu served through them, "
+            "by extended-resource claims, on 1)") in report.lines
     assert any(line.startswith("  -> DeviceClass h100 (nvidia.com/gpu) is not read: selector") for line in report.lines)
     assert list(report.data["gpuChecklist"]["dra"]["unsupportedClasses"]) == ["h100"]
 

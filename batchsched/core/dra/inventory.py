@@ -61,7 +61,8 @@ NVIDIA_RULE = GpuRule(NVIDIA_DRIVER, type_gpu_or_absent=True)
 @dataclass(frozen=True)
 class GpuSelection:
     rules: tuple[GpuRule, ...]  # NVIDIA's, then each supported GPU class's
-    extended_rules: tuple[GpuRule, ...]  # the supported classes with extendedResourceName nvidia.com/gpu
+    # the supported classes with extendedResourceName nvidia.com/gpu, by name: (class name, rule)
+    extended_rules: tuple[tuple[str, GpuRule], ...]
     unsupported: Mapping[str, str]  # class name -> why its selectors are not read
 
 
@@ -87,7 +88,7 @@ def class_rule(device_class: DeviceClass) -> GpuRule | str:
 
 def gpu_selection(classes: Iterable[DeviceClass]) -> GpuSelection:
     rules, extended, unsupported = [NVIDIA_RULE], [], {}
-    for device_class in classes:
+    for device_class in sorted(classes, key=lambda c: c.name):
         if device_class.extended_resource_name != GPU_RESOURCE:
             continue
         rule = class_rule(device_class)
@@ -95,7 +96,7 @@ def gpu_selection(classes: Iterable[DeviceClass]) -> GpuSelection:
             unsupported[device_class.name] = rule
         else:
             rules.append(rule)
-            extended.append(rule)
+            extended.append((device_class.name, rule))
     return GpuSelection(tuple(rules), tuple(extended), unsupported)
 
 
@@ -106,6 +107,9 @@ class DraGpu:
     device: str  # gpu-<minor> for NVIDIA: the /dev minor, not the NVML index
     index: int | None = None  # the topology's GPU; None: not on the topology
     mapped_by: str = ""  # uuid | pciBusID | order ("" when unmapped)
+    # The DeviceClass with extendedResourceName nvidia.com/gpu that selects it
+    # (the first by name when several do); "" when none does.
+    extended_class: str = ""
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -117,8 +121,12 @@ class NodeDra:
     """A node's DRA GPUs (whether in use is the claims' business, see state)."""
 
     gpus: tuple[DraGpu, ...]
-    extended: bool  # a supported class with extendedResourceName nvidia.com/gpu selects some of them
     problems: tuple[str, ...] = ()
+
+    @property
+    def extended(self) -> bool:
+        """A supported class with extendedResourceName nvidia.com/gpu selects some of them."""
+        return any(g.extended_class for g in self.gpus)
 
     @property
     def mask(self) -> int:
@@ -146,7 +154,7 @@ def node_dra(slices: Iterable[ResourceSlice], selection: GpuSelection, topology:
     for s in slices:
         newest[(s.driver, s.pool)] = max(newest.get((s.driver, s.pool), 0), s.generation)
     found: dict[tuple[str, str, str], tuple] = {}  # key -> (uuid, pci key)
-    extended = False
+    extended: dict[tuple[str, str, str], str] = {}  # key -> the class serving it as nvidia.com/gpu
     for s in slices:
         if s.generation != newest[(s.driver, s.pool)]:
             continue
@@ -154,13 +162,16 @@ def node_dra(slices: Iterable[ResourceSlice], selection: GpuSelection, topology:
             if any(rule.selects(s.driver, device.attributes) for rule in selection.rules):
                 found[(s.driver, s.pool, device.name)] = (device.attributes.get("uuid"),
                                                           pci_key(device.attributes.get(PCI_BUS_ID_ATTRIBUTE)))
-                extended |= any(rule.selects(s.driver, device.attributes) for rule in selection.extended_rules)
+                serving = next((name for name, rule in selection.extended_rules
+                                if rule.selects(s.driver, device.attributes)), "")
+                if serving:
+                    extended[(s.driver, s.pool, device.name)] = serving
     if not found:
         return None
     keys = sorted(found, key=lambda k: (k[0], k[1], _minor_order(k[2])))
     mapped, problems = _map(keys, found, topology)
-    gpus = tuple(DraGpu(*key, *mapped.get(key, (None, ""))) for key in keys)
-    return NodeDra(gpus, extended, tuple(problems))
+    gpus = tuple(DraGpu(*key, *mapped.get(key, (None, "")), extended.get(key, "")) for key in keys)
+    return NodeDra(gpus, tuple(problems))
 
 
 def _map(keys: list, identity: Mapping[tuple, tuple], topology: GpuTopology | None) -> tuple[dict, list[str]]:

@@ -9,6 +9,7 @@ the shell reports and skips it.
 """
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from typing import Any, Mapping
@@ -25,6 +26,8 @@ MAX_ATTRIBUTES_PER_DEVICE = 32  # ResourceSliceMaxAttributesAndCapacitiesPerDevi
 MAX_RESULTS = 32  # AllocationResultsMaxSize
 MAX_RESERVED_FOR = 256  # ResourceClaimReservedForMaxSize
 MAX_SELECTORS = 32  # DeviceSelectorsMaxSize
+MAX_CONFIG = 32  # DeviceConfigMaxSize
+MAX_OPAQUE_PARAMETERS = 10 * 1024  # OpaqueParametersMaxLength
 MAX_NAME = 253  # DNS subdomain: driver, pool, class, claim names
 MAX_DEVICE_NAME = 63  # DNS label
 MAX_ATTRIBUTE_VALUE = 64  # string and version attribute values
@@ -42,6 +45,9 @@ class DeviceClass:
     name: str
     extended_resource_name: str = ""
     selectors: tuple[str, ...] = ()  # CEL expressions, as written
+    # spec.config[].opaque, each as JSON ({"driver": ..., "parameters": ...}):
+    # copied into the allocations of its devices (source FromClass)
+    config: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -131,8 +137,17 @@ def class_from_json(obj: Mapping[str, Any]) -> DeviceClass:
     for k, raw in enumerate(_list(spec.get("selectors"), "spec.selectors", MAX_SELECTORS)):
         cel = _dict(_dict(raw, f"spec.selectors[{k}]").get("cel"), f"spec.selectors[{k}].cel")
         selectors.append(_text(cel.get("expression"), f"spec.selectors[{k}].cel.expression", MAX_EXPRESSION))
+    config = []
+    for k, raw in enumerate(_list(spec.get("config"), "spec.config", MAX_CONFIG)):
+        opaque = _dict(_dict(raw, f"spec.config[{k}]").get("opaque"), f"spec.config[{k}].opaque")
+        _text(opaque.get("driver"), f"spec.config[{k}].opaque.driver")
+        encoded = json.dumps(opaque, sort_keys=True)
+        if len(encoded) > MAX_OPAQUE_PARAMETERS + MAX_NAME + 64:
+            raise DraError(f"spec.config[{k}].opaque is longer than {MAX_OPAQUE_PARAMETERS} characters")
+        config.append(encoded)
     return DeviceClass(_text(meta.get("name"), "metadata.name"),
-                       _text(spec.get("extendedResourceName"), "spec.extendedResourceName"), tuple(selectors))
+                       _text(spec.get("extendedResourceName"), "spec.extendedResourceName"), tuple(selectors),
+                       tuple(config))
 
 
 def _attribute(raw: Any, where: str) -> str | int | bool:

@@ -6,11 +6,12 @@ the cluster state stamps them and what is derived per node is recomputed.
 
 In use: every device named in any claim's ``status.allocation``, whoever
 allocated it (kube-scheduler, another scheduler, us), plus the allocations
-this scheduler *assumes*: written or being written, not yet seen in a
-claim.  Assumptions live beside the claims, so a relist of the claims never
-frees them; one ends when the claim is seen allocated, when the claim goes,
-or when its writer calls ``forget_allocation``.  After a restart, nothing
-but the claims is needed: their allocations are the truth.
+this scheduler *assumes* for a pod: decided, being written into its
+extended-resource claim, not yet seen there.  Assumptions live beside the
+claims, so a relist of the claims never frees them; one ends when a claim
+reserved for the pod is seen allocated, when the pod goes, or when its
+writer calls ``forget_allocation``.  After a restart, nothing but the
+claims is needed: their allocations are the truth.
 """
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ class DraState:
         self.classes: dict[str, DeviceClass] = {}
         self.slices: dict[str, ResourceSlice] = {}
         self.claims: dict[str, ResourceClaim] = {}  # by uid
-        self.assumed: dict[str, tuple[AllocatedDevice, ...]] = {}  # claim uid -> devices
+        self.assumed: dict[str, tuple[AllocatedDevice, ...]] = {}  # pod uid -> devices
         self.selection: GpuSelection = gpu_selection(())
         self._node_slices: dict[str, dict[str, None]] = {}  # node -> slice names
         self._pool_nodes: dict[tuple[str, str], Counter] = {}  # (driver, pool) -> node -> slices
@@ -101,19 +102,19 @@ class DraState:
             return set()
         touched = self._unindex_claim(old) if old is not None else set()
         self.claims[claim.uid] = claim
-        if claim.allocated and claim.uid in self.assumed:  # confirmed: stop assuming
-            touched |= self._hold(self.assumed.pop(claim.uid), -1)
         touched |= self._hold(claim.allocated, 1)
+        allocated = {d.key for d in claim.allocated}
         for pod_uid in claim.reserved_for:
             self._reserved.setdefault(pod_uid, {})[claim.uid] = None
+            # confirmed (only by a claim holding every assumed device: any other,
+            # a tenant's forgery say, would free devices still being written)
+            if pod_uid in self.assumed and allocated >= {d.key for d in self.assumed[pod_uid]}:
+                touched |= self.forget_allocation(pod_uid)
         return touched
 
     def remove_claim(self, uid: str) -> set[str]:
         old = self.claims.pop(uid, None)
-        touched = self._unindex_claim(old) if old is not None else set()
-        if uid in self.assumed:
-            touched |= self._hold(self.assumed.pop(uid), -1)
-        return touched
+        return self._unindex_claim(old) if old is not None else set()
 
     def _unindex_claim(self, old: ResourceClaim) -> set[str]:
         for pod_uid in old.reserved_for:
@@ -124,15 +125,15 @@ class DraState:
                     del self._reserved[pod_uid]
         return self._hold(old.allocated, -1)
 
-    def assume_allocation(self, claim_uid: str, devices: tuple[AllocatedDevice, ...]) -> set[str]:
-        """This scheduler is writing ``devices`` into the claim: in use from now."""
-        touched = self.forget_allocation(claim_uid)
-        self.assumed[claim_uid] = devices
+    def assume_allocation(self, pod_uid: str, devices: tuple[AllocatedDevice, ...]) -> set[str]:
+        """This scheduler is writing ``devices`` into the pod's claim: in use from now."""
+        touched = self.forget_allocation(pod_uid)
+        self.assumed[pod_uid] = devices
         return touched | self._hold(devices, 1)
 
-    def forget_allocation(self, claim_uid: str) -> set[str]:
-        """The allocation is known not to have been written."""
-        devices = self.assumed.pop(claim_uid, None)
+    def forget_allocation(self, pod_uid: str) -> set[str]:
+        """The allocation is not (or no longer) to be assumed: seen, or known not written."""
+        devices = self.assumed.pop(pod_uid, None)
         return self._hold(devices, -1) if devices else set()
 
     def _hold(self, devices: Iterable[AllocatedDevice], sign: int) -> set[str]:
@@ -150,16 +151,26 @@ class DraState:
     def in_use(self, key: DeviceKey) -> bool:
         return key in self._in_use
 
+    def held_by_others(self, pod_uid: str, devices: Iterable[AllocatedDevice]) -> list[str]:
+        """Those of ``devices`` in a claim's allocation, or assumed for
+        another pod (a last check before writing them for ``pod_uid``)."""
+        own = {d.key for d in self.assumed.get(pod_uid, ())}
+        return [d.device for d in devices if self._in_use.get(d.key, 0) > (d.key in own)]
+
     def allocated(self, dra: NodeDra) -> int:
         """How many of the node's DRA GPUs are in use."""
         return sum(1 for gpu in dra.gpus if gpu.key in self._in_use)
 
+    def served_devices(self, pod_uid: str) -> set[DeviceKey]:
+        """The devices allocated in claims reserved for the pod, or assumed for it."""
+        served = {d.key for uid in self._reserved.get(pod_uid, ()) for d in self.claims[uid].allocated}
+        return served.union(d.key for d in self.assumed.get(pod_uid, ()))
+
     def served_gpus(self, pod_uid: str, dra: NodeDra | None) -> int:
-        """The node's DRA GPUs allocated in claims reserved for the pod: the
-        part of its nvidia.com/gpu request that DRA, not the device plugin,
-        serves (a tenant who forges a claim only makes DRA GPUs look used)."""
-        claims = self._reserved.get(pod_uid)
-        if not claims or dra is None:
+        """The node's DRA GPUs allocated in claims reserved for the pod (or
+        assumed for it): the part of its nvidia.com/gpu request that DRA,
+        not the device plugin, serves (a tenant who forges a claim only
+        makes DRA GPUs look used)."""
+        if dra is None or (pod_uid not in self._reserved and pod_uid not in self.assumed):
             return 0
-        gpus = {gpu.key for gpu in dra.gpus}
-        return len({d.key for uid in claims for d in self.claims[uid].allocated if d.key in gpus})
+        return len(self.served_devices(pod_uid) & {gpu.key for gpu in dra.gpus})

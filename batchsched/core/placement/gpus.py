@@ -17,9 +17,10 @@ The policy (PodGroup ``spec.topologyPolicy``, docs/topology.md):
   node, where the topology says which that is.
 * ``exclusiveGpus``: nodes whose GPUs are shared are left out.
 
-A node whose GPUs all come through DRA (no device-plugin nvidia.com/gpu)
-takes no GPU pod yet: the kubelet would refuse one without an allocated
-claim, and allocating claims comes later (docs/dra.md).
+On a node where DRA serves nvidia.com/gpu (``NodeInfo.gpus_by_dra``) the
+GPU ids are its DRA GPUs' and the pod gets them through its extended-resource
+claim (core/dra/extended.py, docs/dra.md).  A node with DRA GPUs but neither
+the device plugin nor a DeviceClass serving nvidia.com/gpu takes no GPU pod.
 """
 from __future__ import annotations
 
@@ -37,9 +38,8 @@ from batchsched.core.topology.model import Link
 REASON_SHARED_GPUS = "node(s) had shared GPUs and the gang asks for exclusive ones"
 REASON_NO_NVLINK_SET = "node(s) had no free GPUs all joined by NVLink"
 REASON_NO_NUMA_FIT = "node(s) could not fit the pod's GPUs, cpu and memory in one NUMA node"
-# Not yet: binding there needs a claim allocated first (docs/dra.md).
-REASON_DRA_ONLY = (f"node(s) serve {constants.GPU_RESOURCE} through DRA only; "
-                   "this version does not allocate claims")
+REASON_DRA_NO_CLASS = (f"node(s) have DRA GPUs but no DeviceClass with extendedResourceName "
+                       f"{constants.GPU_RESOURCE} that selects them")
 
 SINGLE_NUMA_NODE = "single-numa-node"
 _NVLINK = Link("NV", 1).rank  # the weakest NVLink class
@@ -60,7 +60,7 @@ def static_reason(node: NodeInfo, request: Mapping[str, int], policy: TopologyPo
     """Why the node is out for this gang whatever is free there ("" if it is not)."""
     if (request.get(constants.GPU_RESOURCE, 0) and node.dra is not None
             and not node.allocatable.get(constants.GPU_RESOURCE, 0)):
-        return REASON_DRA_ONLY
+        return REASON_DRA_NO_CLASS
     if policy.exclusive_gpus and request.get(constants.GPU_RESOURCE, 0) and gpus_shared(node):
         return REASON_SHARED_GPUS
     return ""

@@ -13,7 +13,10 @@ its predecessor handed out.
   GPUs that are shared (time-slicing, MPS, replicas > 1) or carved into MIG
   devices have none; pods get them by count only.  The topology's GPUs
   served through DRA (``NodeInfo.dra``, docs/dra.md) are never in the room:
-  device-plugin pods cannot get them, and claims account for them.
+  device-plugin pods cannot get them, and claims account for them -- except
+  on a node where DRA serves nvidia.com/gpu (``NodeInfo.gpus_by_dra``): its
+  room holds the GPUs a class serves it with (by topology index, or by
+  position where the GPUs are flat) less those in any claim's allocation.
 * NUMA (topology-known nodes): each NUMA node gets a share of the node's
   allocatable cpu (its CPUs over all CPUs) and memory (its declared memory,
   else the cpu share).  A pod whose GPUs all sit in one NUMA node is charged
@@ -27,6 +30,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Mapping
 
 from batchsched.api import constants
 from batchsched.core import resources as res
+from batchsched.core.dra.inventory import DraGpu
 from batchsched.core.model import MAX_GPU_ID, NodeInfo, PodInfo, gpu_replicas, has_mig_devices
 from batchsched.core.resources import Resources
 from batchsched.core.topology.choose import mask_of
@@ -150,19 +154,37 @@ def charged_numa(node: NodeInfo, gpus: Iterable[int], asked: int) -> int | None:
     return numa_of(topology, named) if topology and named and len(named) == asked else None
 
 
-def room_of(node: NodeInfo, holding: Iterable[PodInfo]) -> GpuRoom | None:
+def dra_gpus_by_id(node: NodeInfo) -> dict[int, DraGpu]:
+    """On a node where DRA serves nvidia.com/gpu: the GPU id of each DRA GPU
+    a class serves it with -- its topology index, or its position (by
+    device minor) where the GPUs are flat; empty on other nodes."""
+    if not node.gpus_by_dra or node.dra is None:
+        return {}
+    serving = [g for g in node.dra.gpus if g.extended_class]
+    if topology_of(node) is None:
+        return dict(enumerate(serving)) if gpu_id_count(node) else {}
+    return {g.index: g for g in serving if g.index is not None}
+
+
+def room_of(node: NodeInfo, holding: Iterable[PodInfo], dra_in_use: int = 0) -> GpuRoom | None:
     """The room left on ``node`` by the pods ``holding`` room there, taken
-    in order (a GPU id two pods name is the first one's); None for a node
-    whose GPUs have no ids and whose NUMA nodes are unknown."""
+    in order (a GPU id two pods name is the first one's), and, where DRA
+    serves nvidia.com/gpu, by the ids ``dra_in_use`` (their devices are in
+    claims); None for a node whose GPUs have no ids and whose NUMA nodes
+    are unknown."""
     ids, capacity = gpu_id_count(node), numa_capacity(node)
     if not (ids or capacity):
         return None
-    room = GpuRoom(((1 << ids) - 1) & ~(node.dra.mask if node.dra is not None else 0), capacity, capacity)
+    if node.gpus_by_dra:
+        free = mask_of(dra_gpus_by_id(node))
+    else:
+        free = ((1 << ids) - 1) & ~(node.dra.mask if node.dra is not None else 0)
+    room = GpuRoom(free, capacity, capacity)
     for pod in holding:
         asked = pod.requests.get(constants.GPU_RESOURCE, 0)
         named = [g for g in sorted(set(pod.gpu_ids)) if room.free >> g & 1][:asked]  # in range, unclaimed
         room = room.take(named, pod.requests, charged_numa(node, named, asked))
-    return room
+    return replace(room, free=room.free & ~dra_in_use) if dra_in_use else room
 
 
 def gpu_rooms(snapshot: Snapshot) -> dict[str, GpuRoom]:
