@@ -31,7 +31,11 @@ def kube(kubeconfig) -> TestKube:
 def test_the_scheduler_rides_out_an_api_server_restart_mid_burst(chaos, own_cluster):
     burst(chaos)
     held = hold_bindings_after(chaos.proxy, FITTING_PODS // 2)
-    chaos.start()
+    # A lease that outlasts the outage: a restart under load can take longer
+    # than the default 7 s renew deadline, and a replica that loses its lease
+    # exits by design (tests/integration/test_high_availability.py covers that).
+    chaos.start(leaderElection={"leaseNamespace": chaos.env.namespace, "leaseDurationSeconds": 120.0,
+                                "renewDeadlineSeconds": 90.0, "retryPeriodSeconds": 1.0})
     wait_for("half the bindings committed and the rest held",
              lambda: committed_bindings(chaos.proxy) >= FITTING_PODS // 2 and held.fired >= 1)
     killed_at = time.time()
