@@ -3,6 +3,9 @@ machine with a given topology would: the node agent's NVML backend runs
 against it where no GPU is present.  Errors and constants are pynvml's own."""
 from __future__ import annotations
 
+import stat
+import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import pynvml
@@ -108,3 +111,16 @@ def query_xml(topology: GpuTopology, mig: frozenset[int] = frozenset()) -> str:
         f'<mig_mode><current_mig>{"Enabled" if i in mig else "Disabled"}</current_mig></mig_mode></gpu>'
         for i in range(len(topology)))
     return f'<?xml version="1.0" ?><nvidia_smi_log><driver_version>550.0</driver_version>{gpus}</nvidia_smi_log>'
+
+
+def fake_nvidia_smi(folder: Path, capture: Path, xml: str) -> Path:
+    """An nvidia-smi that prints the capture for `topo -m` and the XML for `-q -x`."""
+    (folder / "query.xml").write_text(xml)
+    script = folder / "nvidia-smi"
+    script.write_text(f"#!{sys.executable}\nimport sys\n"
+                      f"path = {str(capture)!r} if sys.argv[1:] == ['topo', '-m'] else "
+                      f"{str(folder / 'query.xml')!r} if sys.argv[1:] == ['-q', '-x'] else None\n"
+                      "if path is None: sys.exit('unexpected arguments %r' % sys.argv[1:])\n"
+                      "sys.stdout.write(open(path).read())\n")
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    return script

@@ -3,20 +3,20 @@
 from __future__ import annotations
 
 import json
-import os
-import stat
-import sys
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from batchsched.api import constants
 from batchsched.cli import main
+from batchsched.core.dra.model import slice_from_json
 from batchsched.core.topology.annotation import from_annotation, to_annotation, to_document
 from batchsched.core.topology.model import TopologyError
 from batchsched.core.topology.parse import parse_topo
 from batchsched.nodeagent.backends import NvmlBackend, TextBackend, numa_memory, with_identities
-from tests.support.nvml import FakeNvml, bus_id_of, query_xml, uuid_of
+from batchsched.nodeagent.report import decide
+from tests.support.nvml import FakeNvml, bus_id_of, fake_nvidia_smi, query_xml, uuid_of
 from tests.unit.topology_support import FIXTURE_NAMES, FIXTURES, SHARED_TOPOLOGIES
 
 SHARED_NAMES = sorted(p.name for p in SHARED_TOPOLOGIES.glob("*.txt")) if SHARED_TOPOLOGIES.is_dir() else []
@@ -76,19 +76,6 @@ def test_nvidia_smi_text_gives_the_annotation_topo_parse_gives_for_the_capture(c
     document = to_document(TextBackend(str(fake), sysfs).read())
     assert [g["uuid"] for g in document["gpus"]] == [uuid_of(i) for i in range(len(topology))]
     assert without_identities(document) == parse_document(capture, MEMORY)
-
-
-def fake_nvidia_smi(folder: Path, capture: Path, xml: str) -> Path:
-    """An nvidia-smi that prints the capture for `topo -m` and the XML for `-q -x`."""
-    (folder / "query.xml").write_text(xml)
-    script = folder / "nvidia-smi"
-    script.write_text(f"#!{sys.executable}\nimport sys\n"
-                      f"path = {str(capture)!r} if sys.argv[1:] == ['topo', '-m'] else "
-                      f"{str(folder / 'query.xml')!r} if sys.argv[1:] == ['-q', '-x'] else None\n"
-                      "if path is None: sys.exit('unexpected arguments %r' % sys.argv[1:])\n"
-                      "sys.stdout.write(open(path).read())\n")
-    script.chmod(script.stat().st_mode | stat.S_IXUSR)
-    return script
 
 
 def test_nvswitch_links_pair_every_gpu_at_the_switch_link_count(sysfs):
@@ -154,3 +141,30 @@ def test_once_print_prints_the_annotation_without_contacting_a_cluster(tmp_path,
     assert out.count("\n") == 1
     assert without_identities(json.loads(out)) == parse_document(capture, MEMORY)
     assert json.loads(out)["gpus"][0]["uuid"] == uuid_of(0)
+
+
+def node_json(gpus: str | None, annotation: str | None = None) -> dict:
+    return {"metadata": {"name": "n1", "annotations": {constants.GPU_TOPOLOGY_ANNOTATION: annotation}
+                         if annotation else {}},
+            "status": {"capacity": {constants.GPU_RESOURCE: gpus} if gpus is not None else {}}}
+
+
+def test_the_annotation_is_written_only_when_it_changes():
+    topology = parse_topo((FIXTURES / "dgx1-hybrid-cube-mesh-8gpu.txt").read_text())
+    first = decide(node_json("8"), topology, "")
+    assert first.ready and first.annotation == to_annotation(topology)
+    assert decide(node_json("8", first.annotation), topology, "").annotation is None
+
+
+def test_dra_gpu_devices_are_the_advertised_count_without_a_device_plugin():
+    topology = parse_topo((FIXTURES / "dgx1-hybrid-cube-mesh-8gpu.txt").read_text())
+    slices = [slice_from_json({"metadata": {"name": "s"}, "spec": {
+        "nodeName": "n1", "driver": "gpu.nvidia.com", "pool": {"name": "n1", "generation": 1, "resourceSliceCount": 1},
+        "devices": [{"name": f"gpu-{i}", "attributes": {"type": {"string": "gpu"}}} for i in range(count)]}})
+        for count in (8,)]
+    assert decide(node_json(None), topology, "", slices).ready
+    refused = decide(node_json(None), topology, "", slices[:0])
+    assert (refused.ready, refused.reason) == (False, "GPUCountMismatch")
+    assert "is the device plugin or DRA driver running?" in refused.message
+    unreadable = decide(node_json("8"), None, "nvml: NVML did not start")
+    assert (unreadable.ready, unreadable.reason, unreadable.annotation) == (False, "TopologyUnreadable", None)
