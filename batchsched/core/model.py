@@ -112,6 +112,7 @@ class PodInfo:
     created: float = 0.0  # unix seconds
     resource_version: str = ""
     gpu_ids: tuple[int, ...] = ()  # from the gpu-ids annotation, once bound (the shell keeps only trusted ones)
+    gpu_ids_actual: tuple[int, ...] = ()  # the GPUs the kubelet gave it, per the node agent (gpu-ids-actual)
     nominated_node: str = ""
     labels: Mapping[str, str] = field(default_factory=dict)
     priority_class: str = ""
@@ -308,6 +309,7 @@ def pod_from_json(obj: Mapping[str, Any]) -> PodInfo:
         created=parse_time(meta.get("creationTimestamp")),
         resource_version=meta.get("resourceVersion", ""),
         gpu_ids=parse_gpu_ids(annotations.get(constants.GPU_IDS_ANNOTATION)),
+        gpu_ids_actual=parse_gpu_ids(annotations.get(constants.GPU_IDS_ACTUAL_ANNOTATION)),
         nominated_node=status.get("nominatedNodeName") or "",
         labels=dict(labels),
         priority_class=spec.get("priorityClassName") or "",

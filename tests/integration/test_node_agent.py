@@ -1,20 +1,28 @@
 """The node agent against the real API server: the reporter writes its node's
 topology annotation and BatchschedGPUReady condition, and refuses a topology
-whose GPU count the node does not advertise."""
+whose GPU count the node does not advertise; the verifier reads a PodResources
+endpoint (the real gRPC protocol) and records the GPUs pods really hold,
+which the real scheduler then believes."""
 from __future__ import annotations
 
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
+import localcluster
 import pytest
 
 from batchsched.api import constants
-from batchsched.core.topology.annotation import from_annotation
+from batchsched.core.topology.annotation import from_annotation, to_annotation
 from batchsched.core.topology.parse import parse_topo
+from batchsched.nodeagent.backends import with_identities
 from batchsched.nodeagent.report import GPU_READY_CONDITION
 from tests.support.kube import wait_for
+from tests.support.kubelet import PodResourcesServer
+from tests.support.metrics import sample
 from tests.support.nvml import fake_nvidia_smi, query_xml, uuid_of
+from tests.support.objects import pod
 
 pytestmark = pytest.mark.e2e
 
@@ -26,7 +34,8 @@ def run_agent(env, node: str, tmp_path: Path, *extra: str) -> subprocess.Complet
     script = fake_nvidia_smi(tmp_path, DGX1, query_xml(parse_topo(DGX1.read_text())))
     return subprocess.run([sys.executable, "-m", "batchsched", "node-agent", "--once", "--node", node,
                            "--backend", "text", "--nvidia-smi", str(script), "--sys-root", str(tmp_path),
-                           "--kubeconfig", env.kubeconfig, *extra],
+                           "--kubeconfig", env.kubeconfig, "--pod-resources-socket", "", "--metrics-bind-address", "0",
+                           *extra],
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
 
 
@@ -59,3 +68,66 @@ def test_a_gpu_count_the_node_does_not_advertise_is_refused_with_an_event_and_a_
         e for e in env.kube.get("/api/v1/namespaces/default/events")["items"]
         if e["involvedObject"].get("name") == node and e["reason"] == "GPUCountMismatch"])
     assert events[0]["type"] == "Warning"
+
+
+@pytest.fixture
+def agent(env, tmp_path):
+    """Starts `batchsched node-agent` (a process, looping every half second)."""
+    started: list[subprocess.Popen] = []
+
+    def start(node: str, socket: str) -> str:
+        script = fake_nvidia_smi(tmp_path, DGX1, query_xml(parse_topo(DGX1.read_text())))
+        address = f"127.0.0.1:{localcluster.free_port()}"
+        log = open(tmp_path / "agent.log", "ab")
+        started.append(subprocess.Popen(
+            [sys.executable, "-m", "batchsched", "node-agent", "--node", node, "--backend", "text",
+             "--nvidia-smi", str(script), "--sys-root", str(tmp_path), "--kubeconfig", env.kubeconfig,
+             "--interval", "0.5", "--pod-resources-socket", socket, "--metrics-bind-address", address],
+            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT))
+        return f"http://{address}"
+
+    yield start
+    for proc in started:
+        proc.terminate()
+        proc.wait(10)
+    print((tmp_path / "agent.log").read_text(errors="replace")[-4000:] if (tmp_path / "agent.log").exists() else "")
+
+
+def metrics_text(url: str) -> str:
+    try:
+        with urllib.request.urlopen(url + "/metrics", timeout=5) as response:
+            return response.read().decode()
+    except OSError:
+        return ""
+
+
+def pod_gpu_ids(env, name: str, annotation: str = constants.GPU_IDS_ANNOTATION) -> set[int]:
+    text = (env.pods()[name]["metadata"].get("annotations") or {}).get(annotation, "")
+    return {int(i) for i in text.split(",") if i}
+
+
+def test_a_planted_mismatch_is_recorded_and_the_scheduler_hands_out_the_freed_gpus(env, start_scheduler, agent):
+    topology = with_identities(parse_topo(DGX1.read_text()), query_xml(parse_topo(DGX1.read_text())))
+    node = env.add_node("gpu", gpus=8, annotations={constants.GPU_TOPOLOGY_ANNOTATION: to_annotation(topology)})
+    start_scheduler()
+    env.create(pod("first", env.namespace, gpus=2))
+    wait_for("the first pod bound", lambda: env.bound().get("first"), timeout=60)
+    planned = pod_gpu_ids(env, "first")
+    taken = set(sorted(set(range(8)) - planned)[:2])  # the kubelet gave it two other GPUs
+    with PodResourcesServer([g.uuid for g in topology.gpus]) as kubelet:
+        kubelet.assignments[(env.namespace, "first")] = [topology.gpus[i].uuid for i in sorted(taken)]
+        url = agent(node, kubelet.socket)
+        wait_for("gpu-ids-actual", lambda: pod_gpu_ids(env, "first", constants.GPU_IDS_ACTUAL_ANNOTATION) == taken)
+        assert {"List", "GetAllocatableResources"} <= set(kubelet.calls)
+        events = wait_for("the mismatch event", lambda: [
+            e for e in env.kube.get(f"/api/v1/namespaces/{env.namespace}/events")["items"]
+            if e["involvedObject"].get("name") == "first" and e["reason"] == "GPUAssignmentMismatch"])
+        assert events[0]["type"] == "Warning"
+        assert f"but the kubelet gave {','.join(map(str, sorted(taken)))}" in events[0]["message"]
+        assert wait_for("the metric", lambda: sample(metrics_text(url), "batchsched_gpu_assignment_mismatches_total",
+                                                     f'node="{node}"')) == 1
+        # six more GPUs: exactly the ones the first pod does not hold, its planned ones among them
+        env.create(pod("second", env.namespace, gpus=6))
+        wait_for("the second pod bound", lambda: env.bound().get("second"), timeout=60)
+        assert pod_gpu_ids(env, "second") == set(range(8)) - taken
+        assert sample(metrics_text(url), "batchsched_gpu_assignment_mismatches_total", f'node="{node}"') == 1
