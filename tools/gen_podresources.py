@@ -3,7 +3,8 @@ node agent's client of the kubelet PodResources API (gRPC v1), from the
 kubelet's published api.proto.
 
     go mod download -json k8s.io/kubelet@v0.37.2   # once, puts it in the module cache
-    .venv/bin/python tools/gen_podresources.py
+    .venv/bin/python tools/gen_podresources.py           # rewrite them
+    .venv/bin/python tools/gen_podresources.py --check   # exit 1 if they differ
 
 The kubelet module's version follows KUBERNETES_VERSION in e2e/versions.env
 (v1.X.Y -> v0.X.Y).  Needs grpcio-tools (the test extra); the generated
@@ -44,7 +45,8 @@ def strip_gogo(text: str) -> str:
     return _GOGO_FIELD_OPTIONS.sub("", _GOGO_FILE_OPTION.sub("", _GOGO_IMPORT.sub("", text)))
 
 
-def main() -> None:
+def generated() -> dict[str, str]:
+    """The modules' text, by file name, as generated now."""
     from grpc_tools import protoc
 
     version = kubelet_version()
@@ -61,10 +63,21 @@ def main() -> None:
         status = protoc.main(["protoc", f"-I{work}", f"--python_out={out}", f"--grpc_python_out={out}", str(staged)])
         if status != 0:
             sys.exit(f"protoc failed ({status})")
-        for name in ("api_pb2.py", "api_pb2_grpc.py"):
-            (ROOT / PACKAGE / name).write_text(header + (out / PACKAGE / name).read_text())
-    print(f"regenerated {PACKAGE}/api_pb2.py and api_pb2_grpc.py from k8s.io/kubelet@{version}")
+        return {name: header + (out / PACKAGE / name).read_text() for name in ("api_pb2.py", "api_pb2_grpc.py")}
+
+
+def main(argv: list[str]) -> int:
+    modules = generated()
+    stale = [name for name, text in modules.items() if (ROOT / PACKAGE / name).read_text() != text]
+    if "--check" in argv:
+        if stale:
+            print(f"stale: {', '.join(stale)} in {PACKAGE}: run tools/gen_podresources.py", file=sys.stderr)
+        return 1 if stale else 0
+    for name, text in modules.items():
+        (ROOT / PACKAGE / name).write_text(text)
+    print(f"regenerated {PACKAGE}/api_pb2.py and api_pb2_grpc.py from k8s.io/kubelet@{kubelet_version()}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main(sys.argv[1:]))
