@@ -5,6 +5,8 @@ endpoint (the real gRPC protocol) and records the GPUs pods really hold,
 which the real scheduler then believes."""
 from __future__ import annotations
 
+import os
+import re
 import subprocess
 import sys
 import urllib.request
@@ -12,13 +14,16 @@ from pathlib import Path
 
 import localcluster
 import pytest
+import yaml
 
 from batchsched.api import constants
 from batchsched.core.topology.annotation import from_annotation, to_annotation
 from batchsched.core.topology.parse import parse_topo
 from batchsched.nodeagent.backends import with_identities
 from batchsched.nodeagent.report import GPU_READY_CONDITION
+from tests.integration.test_deploy import NAMESPACE, RBAC_KINDS, apply, audited, granted, unused
 from tests.support.kube import wait_for
+from tests.support.kubectl import rendered, run_kubectl, service_account_kubeconfig
 from tests.support.kubelet import PodResourcesServer
 from tests.support.metrics import sample
 from tests.support.nvml import fake_nvidia_smi, query_xml, uuid_of
@@ -75,13 +80,13 @@ def agent(env, tmp_path):
     """Starts `batchsched node-agent` (a process, looping every half second)."""
     started: list[subprocess.Popen] = []
 
-    def start(node: str, socket: str) -> str:
+    def start(node: str, socket: str, kubeconfig: str | None = None) -> str:
         script = fake_nvidia_smi(tmp_path, DGX1, query_xml(parse_topo(DGX1.read_text())))
         address = f"127.0.0.1:{localcluster.free_port()}"
         log = open(tmp_path / "agent.log", "ab")
         started.append(subprocess.Popen(
             [sys.executable, "-m", "batchsched", "node-agent", "--node", node, "--backend", "text",
-             "--nvidia-smi", str(script), "--sys-root", str(tmp_path), "--kubeconfig", env.kubeconfig,
+             "--nvidia-smi", str(script), "--sys-root", str(tmp_path), "--kubeconfig", kubeconfig or env.kubeconfig,
              "--interval", "0.5", "--pod-resources-socket", socket, "--metrics-bind-address", address],
             cwd=ROOT, stdout=log, stderr=subprocess.STDOUT))
         return f"http://{address}"
@@ -131,3 +136,61 @@ def test_a_planted_mismatch_is_recorded_and_the_scheduler_hands_out_the_freed_gp
         wait_for("the second pod bound", lambda: env.bound().get("second"), timeout=60)
         assert pod_gpu_ids(env, "second") == set(range(8)) - taken
         assert sample(metrics_text(url), "batchsched_gpu_assignment_mismatches_total", f'node="{node}"') == 1
+
+
+def deploy_with_the_agent(tmp_path: Path) -> Path:
+    """An overlay: deploy/ plus the node-agent component."""
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    (overlay / "kustomization.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+        "resources": [os.path.relpath(ROOT / "deploy", overlay)],
+        "components": [os.path.relpath(ROOT / "deploy" / "node-agent", overlay)]}))
+    return overlay
+
+
+def test_the_daemonset_passes_a_server_side_dry_run(kube, kubeconfig, kubectl, tmp_path):
+    overlay = deploy_with_the_agent(tmp_path)
+    objects = rendered(kubectl, kubeconfig, overlay)
+    apply(kubectl, kubeconfig, [o for o in objects if o["kind"] == "Namespace"])
+    result = run_kubectl(kubectl, kubeconfig, "apply", "--dry-run=server", "-k", str(overlay))
+    assert re.search(r"^daemonset\.apps/batchsched-node-agent (created|configured|unchanged) \(server dry run\)$",
+                     result.stdout, re.M), result.stdout
+    spec = next(o for o in objects if o["kind"] == "DaemonSet")["spec"]["template"]["spec"]
+    container = spec["containers"][0]
+    assert spec["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    assert not any("nvidia.com/gpu" in (container.get("resources") or {}).get(k, {}) for k in ("requests", "limits"))
+    assert {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"} in container["env"]
+    [mount] = container["volumeMounts"]
+    assert mount["readOnly"] and mount["mountPath"] == "/var/lib/kubelet/pod-resources"
+    assert container["securityContext"]["capabilities"]["drop"] == ["ALL"]
+
+
+AGENT_ACCOUNT = "batchsched-node-agent"
+
+
+def test_every_rule_granted_to_the_agent_is_used_and_nothing_it_does_is_refused(
+        env, kube, kubeconfig, kubectl, audit_log, start_scheduler, agent, tmp_path):
+    rbac = [o for o in rendered(kubectl, kubeconfig, deploy_with_the_agent(tmp_path)) if o["kind"] in RBAC_KINDS]
+    apply(kubectl, kubeconfig, rbac)
+    since = audit_log.stat().st_size
+    topology = with_identities(parse_topo(DGX1.read_text()), query_xml(parse_topo(DGX1.read_text())))
+    node = env.add_node("gpu", gpus=8)  # no annotation yet: the agent writes it
+    start_scheduler()
+    env.create(pod("first", env.namespace, gpus=1))
+    planned = wait_for("the first pod bound with ids", lambda: pod_gpu_ids(env, "first"), timeout=60)
+    other = min(set(range(8)) - planned)
+    sa_kubeconfig = service_account_kubeconfig(kube, kubeconfig, NAMESPACE, AGENT_ACCOUNT, tmp_path / "agent-kc")
+    with PodResourcesServer([g.uuid for g in topology.gpus]) as kubelet:
+        kubelet.assignments[(env.namespace, "first")] = [topology.gpus[other].uuid]
+        agent(node, kubelet.socket, sa_kubeconfig)
+        wait_for("gpu-ids-actual", lambda: pod_gpu_ids(env, "first", constants.GPU_IDS_ACTUAL_ANNOTATION) == {other})
+        user = f"system:serviceaccount:{NAMESPACE}:{AGENT_ACCOUNT}"
+        rules = granted(rbac, AGENT_ACCOUNT)
+        try:
+            wait_for("every granted rule used", lambda: not unused(rules, audited(audit_log, since, user)), timeout=30)
+        except AssertionError:
+            pytest.fail(f"granted but never used: {sorted(unused(rules, audited(audit_log, since, user)))}")
+    refused = [f"{e['verb']} {e['requestURI']}" for e in audited(audit_log, since, user)
+               if e.get("annotations", {}).get("authorization.k8s.io/decision") != "allow"]
+    assert not refused, refused
