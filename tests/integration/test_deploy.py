@@ -93,12 +93,13 @@ def test_the_service_account_may_do_nothing_beyond_scheduling_and_evicting(
         assert not can(verb, resource, "-n", env.namespace, *extra), f"{SA_USER} may {verb} {resource} {extra}"
 
 
-def granted(objects: list[dict], service_account: str = SERVICE_ACCOUNT) -> set[tuple[str, str, str, str, str]]:
+def granted(objects: list[dict], service_account: str = SERVICE_ACCOUNT,
+            namespace: str = NAMESPACE) -> set[tuple[str, str, str, str, str]]:
     """(namespace or "", API group, resource[/subresource], verb, name or "") for
-    every rule bound to batchsched's ServiceAccount (or another of its namespace)."""
+    every rule bound to batchsched's ServiceAccount (or another)."""
     bound = {(b["kind"], b["roleRef"]["name"], b["metadata"].get("namespace", "")) for b in objects
              if b["kind"] in {"ClusterRoleBinding", "RoleBinding"}
-             and {"kind": "ServiceAccount", "name": service_account, "namespace": NAMESPACE} in b["subjects"]}
+             and {"kind": "ServiceAccount", "name": service_account, "namespace": namespace} in b["subjects"]}
     rules = set()
     for role in objects:
         namespace = role["metadata"].get("namespace", "") if role["kind"] == "Role" else ""

@@ -21,8 +21,8 @@ from batchsched.core.topology.annotation import from_annotation, to_annotation
 from batchsched.core.topology.parse import parse_topo
 from batchsched.nodeagent.backends import with_identities
 from batchsched.nodeagent.report import GPU_READY_CONDITION
-from tests.integration.test_deploy import NAMESPACE, RBAC_KINDS, apply, audited, granted, unused
-from tests.support.kube import wait_for
+from tests.integration.test_deploy import RBAC_KINDS, apply, audited, granted, unused
+from tests.support.kube import KubeError, TestKube, wait_for
 from tests.support.kubectl import rendered, run_kubectl, service_account_kubeconfig
 from tests.support.kubelet import PodResourcesServer
 from tests.support.metrics import sample
@@ -156,6 +156,7 @@ def test_the_daemonset_passes_a_server_side_dry_run(kube, kubeconfig, kubectl, t
     result = run_kubectl(kubectl, kubeconfig, "apply", "--dry-run=server", "-k", str(overlay))
     assert re.search(r"^daemonset\.apps/batchsched-node-agent (created|configured|unchanged) \(server dry run\)$",
                      result.stdout, re.M), result.stdout
+    assert "would violate PodSecurity" not in result.stderr, result.stderr
     spec = next(o for o in objects if o["kind"] == "DaemonSet")["spec"]["template"]["spec"]
     container = spec["containers"][0]
     assert spec["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
@@ -166,7 +167,7 @@ def test_the_daemonset_passes_a_server_side_dry_run(kube, kubeconfig, kubectl, t
     assert container["securityContext"]["capabilities"]["drop"] == ["ALL"]
 
 
-AGENT_ACCOUNT = "batchsched-node-agent"
+AGENT_NAMESPACE = AGENT_ACCOUNT = "batchsched-node-agent"
 
 
 def test_every_rule_granted_to_the_agent_is_used_and_nothing_it_does_is_refused(
@@ -180,13 +181,13 @@ def test_every_rule_granted_to_the_agent_is_used_and_nothing_it_does_is_refused(
     env.create(pod("first", env.namespace, gpus=1))
     planned = wait_for("the first pod bound with ids", lambda: pod_gpu_ids(env, "first"), timeout=60)
     other = min(set(range(8)) - planned)
-    sa_kubeconfig = service_account_kubeconfig(kube, kubeconfig, NAMESPACE, AGENT_ACCOUNT, tmp_path / "agent-kc")
+    sa_kubeconfig = service_account_kubeconfig(kube, kubeconfig, AGENT_NAMESPACE, AGENT_ACCOUNT, tmp_path / "agent-kc")
     with PodResourcesServer([g.uuid for g in topology.gpus]) as kubelet:
         kubelet.assignments[(env.namespace, "first")] = [topology.gpus[other].uuid]
         agent(node, kubelet.socket, sa_kubeconfig)
         wait_for("gpu-ids-actual", lambda: pod_gpu_ids(env, "first", constants.GPU_IDS_ACTUAL_ANNOTATION) == {other})
-        user = f"system:serviceaccount:{NAMESPACE}:{AGENT_ACCOUNT}"
-        rules = granted(rbac, AGENT_ACCOUNT)
+        user = f"system:serviceaccount:{AGENT_NAMESPACE}:{AGENT_ACCOUNT}"
+        rules = granted(rbac, AGENT_ACCOUNT, AGENT_NAMESPACE)
         try:
             wait_for("every granted rule used", lambda: not unused(rules, audited(audit_log, since, user)), timeout=30)
         except AssertionError:
@@ -194,3 +195,52 @@ def test_every_rule_granted_to_the_agent_is_used_and_nothing_it_does_is_refused(
     refused = [f"{e['verb']} {e['requestURI']}" for e in audited(audit_log, since, user)
                if e.get("annotations", {}).get("authorization.k8s.io/decision") != "allow"]
     assert not refused, refused
+
+
+def test_with_the_policies_an_agent_changes_only_its_node_and_only_agents_set_gpu_ids_actual(
+        env, kube, kubeconfig, kubectl, tmp_path):
+    objects = rendered(kubectl, kubeconfig, deploy_with_the_agent(tmp_path))
+    apply(kubectl, kubeconfig, [o for o in objects if o["kind"] in RBAC_KINDS])
+    for policy in (o for o in objects if o["kind"].startswith("ValidatingAdmissionPolicy")):
+        env.add_cluster_object(policy)
+    node_a, node_b = env.add_node("a"), env.add_node("b")
+    agent_pod = kube.create(f"/api/v1/namespaces/{AGENT_NAMESPACE}/pods", {
+        "metadata": {"name": f"agent-{env.id}"},
+        "spec": {"nodeName": node_a, "serviceAccountName": AGENT_ACCOUNT,
+                 "containers": [{"name": "agent", "image": "batchsched:0.1.0"}]}})
+    try:
+        agent_kube = TestKube(service_account_kubeconfig(kube, kubeconfig, AGENT_NAMESPACE, AGENT_ACCOUNT,
+                                                         tmp_path / "agent-a", bound_pod=agent_pod))
+        for name, node in (("on-a", node_a), ("on-b", node_b)):
+            env.create({**pod(name, env.namespace), "spec": {**pod(name, env.namespace)["spec"], "nodeName": node}})
+        pods = f"/api/v1/namespaces/{env.namespace}/pods"
+
+        def refused(do) -> str:
+            try:
+                do()
+            except KubeError as exc:
+                assert exc.status == 403, exc
+                return str(exc)
+            return ""
+
+        actual = lambda value: {"metadata": {"annotations": {constants.GPU_IDS_ACTUAL_ANNOTATION: value}}}  # noqa: E731
+        # the policies take effect a moment after they are created
+        message = wait_for("node B refused to node A's agent", lambda: refused(
+            lambda: agent_kube.merge_patch(f"/api/v1/nodes/{node_b}", {"metadata": {"annotations": {"x": "1"}}})))
+        assert f'node agent of node "{node_a}" may change only that node and its pods (this is node "{node_b}")' \
+            in message
+        assert refused(lambda: agent_kube.merge_patch(f"{pods}/on-b", actual("0")))
+        assert refused(lambda: agent_kube.request("PATCH", f"/api/v1/nodes/{node_b}/status", {"status": {}},
+                                                  content_type="application/merge-patch+json"))
+        assert not refused(lambda: agent_kube.merge_patch(f"/api/v1/nodes/{node_a}",
+                                                          {"metadata": {"annotations": {"x": "1"}}}))
+        assert not refused(lambda: agent_kube.merge_patch(f"{pods}/on-a", actual("3")))
+        # everyone else (here the cluster admin, a fortiori a tenant): not gpu-ids-actual, other annotations yes
+        wait_for("gpu-ids-actual refused to others", lambda: refused(lambda: kube.merge_patch(f"{pods}/on-a", actual("4"))))
+        forged = pod("forged", env.namespace)
+        forged["metadata"]["annotations"] = {constants.GPU_IDS_ACTUAL_ANNOTATION: "0"}
+        assert "only the batchsched node agent may set" in refused(lambda: env.create(forged))
+        assert not refused(lambda: kube.merge_patch(f"{pods}/on-a", {"metadata": {"annotations": {"note": "ok"}}}))
+        assert env.pods()["on-a"]["metadata"]["annotations"][constants.GPU_IDS_ACTUAL_ANNOTATION] == "3"
+    finally:
+        kube.delete(f"/api/v1/namespaces/{AGENT_NAMESPACE}/pods/{agent_pod['metadata']['name']}", gracePeriodSeconds=0)
