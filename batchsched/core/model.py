@@ -188,6 +188,8 @@ class NodeInfo:
     gpu_capacity: int = 0  # the device plugin's nvidia.com/gpu capacity (unhealthy GPUs too)
     # Its DRA GPUs (ResourceSlices), joined by ClusterState (``with_dra``); None: none.
     dra: NodeDra | None = None
+    # The node agent's BatchschedGPUReady condition: (status, reason, message); (): no agent reports.
+    gpu_agent: tuple[str, str, str] = ()
 
 
 @dataclass(frozen=True)
@@ -405,6 +407,9 @@ def node_from_json(obj: Mapping[str, Any]) -> NodeInfo:
         topology=topology,
         topology_error=topology_error,
         gpu_capacity=gpu_capacity,
+        gpu_agent=next(((str(c.get("status", "")), str(c.get("reason", "")), str(c.get("message", "")))
+                        for c in status.get("conditions") or ()
+                        if isinstance(c, dict) and c.get("type") == constants.GPU_READY_CONDITION), ()),
     )
 
 

@@ -14,7 +14,7 @@ from batchsched.core.dra.model import DraError, ResourceSlice, slice_from_json
 from batchsched.core.topology.model import GpuTopology, TopologyError
 from batchsched.nodeagent.backends import Backend
 from batchsched.nodeagent.podresources import api_pb2, api_pb2_grpc
-from batchsched.nodeagent.report import GPU_READY_CONDITION, Report, current_condition, decide
+from batchsched.nodeagent.report import GPU_READY_CONDITION, KubeletView, Report, current_condition, decide
 from batchsched.nodeagent.verify import Finding, Held, verify
 from batchsched.shell.kube import ApiError, Kube
 from batchsched.shell.status import EventRecorder, node_ref, now_rfc3339, pod_ref
@@ -49,7 +49,7 @@ class Reporter:
         self.events = events
         self.topology: GpuTopology | None = None  # the last one read, for the verifier
 
-    async def report_once(self) -> Report:
+    async def report_once(self, kubelet: KubeletView = KubeletView()) -> Report:
         try:
             # NVML and nvidia-smi block: off the event loop
             self.topology, problem = await asyncio.to_thread(self.backend.read), ""
@@ -57,7 +57,7 @@ class Reporter:
             self.topology, problem = None, f"{self.backend.name}: {exc}"
         path = f"/api/v1/nodes/{quote(self.node_name)}"
         node = await self.kube.request("GET", path)
-        report = decide(node, self.topology, problem, await node_slices(self.kube, self.node_name))
+        report = decide(node, self.topology, problem, await node_slices(self.kube, self.node_name), kubelet)
         if report.annotation is not None:
             await self.kube.merge_patch(path, {"metadata": {"annotations": {
                 constants.GPU_TOPOLOGY_ANNOTATION: report.annotation}}})
@@ -124,7 +124,7 @@ class Verifier:
         self.metrics = metrics
         self.timeout = timeout
         self.counted: dict[str, tuple[int, ...]] = {}  # pod uid -> the actual GPUs already counted
-        self.allocatable = 0  # nvidia.com/gpu devices the kubelet can hand out, as it last said
+        self.view = KubeletView()  # what the last pass learnt, for the node condition
 
     async def verify_once(self, topology: GpuTopology) -> list[Finding]:
         async with grpc.aio.insecure_channel(f"unix://{self.socket}") as channel:
@@ -132,7 +132,7 @@ class Verifier:
             listed = await stub.List(api_pb2.ListPodResourcesRequest(), timeout=self.timeout)
             allocatable = await stub.GetAllocatableResources(api_pb2.AllocatableResourcesRequest(),
                                                              timeout=self.timeout)
-        self.allocatable = sum(len(d.device_ids) for d in allocatable.devices
+        allocatable_gpus = sum(len(d.device_ids) for d in allocatable.devices
                                if d.resource_name == constants.GPU_RESOURCE)
         pods = await self.kube.request("GET", "/api/v1/pods",
                                        query={"fieldSelector": f"spec.nodeName={self.node_name}"})
@@ -146,8 +146,10 @@ class Verifier:
                 self.counted.pop(finding.uid, None)
         live = {f.uid for f in findings}
         self.counted = {uid: ids for uid, ids in self.counted.items() if uid in live}
-        result = "mismatch" if any(f.mismatch for f in findings) else "ok"
-        self.metrics.verifications.labels(self.node_name, result).inc()
+        mismatched = sum(f.mismatch for f in findings)
+        self.metrics.verifications.labels(self.node_name, "mismatch" if mismatched else "ok").inc()
+        self.view = KubeletView(allocatable_gpus, f"{len(findings)} pods with GPU ids, {mismatched} holding "
+                                                  f"other GPUs (recorded in {constants.GPU_IDS_ACTUAL_ANNOTATION})")
         return findings
 
     async def _record(self, finding: Finding) -> None:

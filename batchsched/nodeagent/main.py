@@ -63,6 +63,7 @@ async def _loop(args: argparse.Namespace, backend) -> int:
     import grpc
 
     from batchsched.nodeagent.agent import COMPONENT, AgentMetrics, Reporter, Verifier
+    from batchsched.nodeagent.report import KubeletView
     from batchsched.shell.kube import ApiError, Kube
     from batchsched.shell.server import serve
     from batchsched.shell.status import EventRecorder
@@ -78,7 +79,7 @@ async def _loop(args: argparse.Namespace, backend) -> int:
         while True:
             ok = True
             try:
-                report = await reporter.report_once()
+                report = await reporter.report_once(verifier.view if verifier else KubeletView(verification="off"))
                 log.info("node %s: %s: %s", args.node, report.reason, report.message)
                 ok = report.ready
                 if verifier is not None and reporter.topology is not None:
@@ -90,6 +91,7 @@ async def _loop(args: argparse.Namespace, backend) -> int:
                 log.warning("node %s: pass failed: %s", args.node, exc)
                 if verifier is not None and isinstance(exc, grpc.aio.AioRpcError):
                     metrics.verifications.labels(args.node, "error").inc()
+                    verifier.view = KubeletView(verifier.view.allocatable, f"failed: {exc.code().name}")
                 ok = False
             if args.once:
                 await asyncio.sleep(0.5)  # let the events go out

@@ -18,7 +18,7 @@ from batchsched.core.resources import canonical
 from batchsched.core.topology.annotation import to_annotation
 from batchsched.core.topology.model import GpuTopology
 
-GPU_READY_CONDITION = "BatchschedGPUReady"
+GPU_READY_CONDITION = constants.GPU_READY_CONDITION
 
 
 @dataclass(frozen=True)
@@ -46,20 +46,41 @@ def advertised_gpus(node: Mapping[str, Any], slices: Iterable[ResourceSlice]) ->
     return 0, f"no {constants.GPU_RESOURCE} capacity and no DRA GPU devices: is the device plugin or DRA driver running?"
 
 
+@dataclass(frozen=True)
+class KubeletView:
+    """What the verifier last learnt from the kubelet (None: not asked yet)."""
+    allocatable: int | None = None  # nvidia.com/gpu devices it can hand out
+    verification: str = "not run yet"  # the last verification's result, in words
+
+
 def decide(node: Mapping[str, Any], topology: GpuTopology | None, problem: str,
-           slices: Iterable[ResourceSlice] = ()) -> Report:
-    """``topology``: what the agent read, None with ``problem`` saying why not."""
+           slices: Iterable[ResourceSlice] = (), kubelet: KubeletView = KubeletView()) -> Report:
+    """``topology``: what the agent read, None with ``problem`` saying why not.
+
+    The condition's message is the node's side of "why is my GPU pod Pending
+    or slow": driver, advertised GPUs, kubelet allocatable, topology, last
+    verification, each with its finding; the reason names the first failed check.
+    """
     if topology is None:
-        return Report(None, False, "TopologyUnreadable", f"the GPU topology could not be read: {problem}")
+        return Report(None, False, "TopologyUnreadable",
+                      f"driver: the GPU topology could not be read: {problem}")
     advertised, source = advertised_gpus(node, slices)
+    checks = [f"driver: {len(topology)} GPUs visible", f"advertised: {advertised} ({source})"]
     if advertised != len(topology):
-        return Report(None, False, "GPUCountMismatch",
-                      f"the driver shows {len(topology)} GPUs but the node advertises {advertised} ({source}); "
-                      f"the {constants.GPU_TOPOLOGY_ANNOTATION} annotation is left as it is")
+        return Report(None, False, "GPUCountMismatch", "; ".join(checks + [
+            f"topology: the {constants.GPU_TOPOLOGY_ANNOTATION} annotation is left as it is, "
+            "the GPU counts disagree"]))
     value = to_annotation(topology)
     current = ((node.get("metadata") or {}).get("annotations") or {}).get(constants.GPU_TOPOLOGY_ANNOTATION)
-    return Report(None if current == value else value, True, "TopologyReported",
-                  f"{len(topology)} GPUs, as advertised ({source}); topology annotation up to date")
+    # the kubelet's allocatable counts device-plugin GPUs only: DRA's are not in it
+    plugin = source.startswith(constants.GPU_RESOURCE)
+    allocatable_ok = kubelet.allocatable is None or not plugin or kubelet.allocatable == len(topology)
+    checks += [f"kubelet allocatable: {'not known yet' if kubelet.allocatable is None else kubelet.allocatable}"
+               + ("" if allocatable_ok else f", not the {len(topology)} visible (unhealthy GPUs?)"),
+               "topology: annotation matches the driver (checked every pass)",
+               f"last verification: {kubelet.verification}"]
+    return Report(None if current == value else value, allocatable_ok,
+                  "TopologyReported" if allocatable_ok else "AllocatableMismatch", "; ".join(checks))
 
 
 def current_condition(node: Mapping[str, Any]) -> Mapping[str, Any] | None:

@@ -68,7 +68,7 @@ def test_a_gpu_count_the_node_does_not_advertise_is_refused_with_an_event_and_a_
     assert constants.GPU_TOPOLOGY_ANNOTATION not in annotations
     refused = condition(env, node)
     assert (refused["status"], refused["reason"]) == ("False", "GPUCountMismatch")
-    assert "the driver shows 8 GPUs but the node advertises 4 (nvidia.com/gpu capacity)" in refused["message"]
+    assert refused["message"].startswith("driver: 8 GPUs visible; advertised: 4 (nvidia.com/gpu capacity); ")
     events = wait_for("the node's event", lambda: [
         e for e in env.kube.get("/api/v1/namespaces/default/events")["items"]
         if e["involvedObject"].get("name") == node and e["reason"] == "GPUCountMismatch"])
@@ -131,6 +131,11 @@ def test_a_planted_mismatch_is_recorded_and_the_scheduler_hands_out_the_freed_gp
         assert f"but the kubelet gave {','.join(map(str, sorted(taken)))}" in events[0]["message"]
         assert wait_for("the metric", lambda: sample(metrics_text(url), "batchsched_gpu_assignment_mismatches_total",
                                                      f'node="{node}"')) == 1
+        # the node's side of the checklist: the condition says what the last verification found
+        ready = wait_for("the verification in the node condition", lambda: "last verification: 1 pods" in
+                         condition(env, node).get("message", "") and condition(env, node))
+        assert (ready["status"], ready["reason"]) == ("True", "TopologyReported")
+        assert "kubelet allocatable: 8; " in ready["message"] and "1 holding other GPUs" in ready["message"]
         # six more GPUs: exactly the ones the first pod does not hold, its planned ones among them
         env.create(pod("second", env.namespace, gpus=6))
         wait_for("the second pod bound", lambda: env.bound().get("second"), timeout=60)

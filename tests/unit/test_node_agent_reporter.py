@@ -15,7 +15,7 @@ from batchsched.core.topology.annotation import from_annotation, to_annotation, 
 from batchsched.core.topology.model import TopologyError
 from batchsched.core.topology.parse import parse_topo
 from batchsched.nodeagent.backends import NvmlBackend, TextBackend, numa_memory, with_identities
-from batchsched.nodeagent.report import decide
+from batchsched.nodeagent.report import KubeletView, decide
 from tests.support.nvml import FakeNvml, bus_id_of, fake_nvidia_smi, query_xml, uuid_of
 from tests.unit.topology_support import FIXTURE_NAMES, FIXTURES, SHARED_TOPOLOGIES
 
@@ -168,3 +168,16 @@ def test_dra_gpu_devices_are_the_advertised_count_without_a_device_plugin():
     assert "is the device plugin or DRA driver running?" in refused.message
     unreadable = decide(node_json("8"), None, "nvml: NVML did not start")
     assert (unreadable.ready, unreadable.reason, unreadable.annotation) == (False, "TopologyUnreadable", None)
+
+
+def test_the_condition_is_the_nodes_checklist_and_fails_on_allocatable_short_of_the_visible_gpus():
+    topology = parse_topo((FIXTURES / "dgx1-hybrid-cube-mesh-8gpu.txt").read_text())
+    report = decide(node_json("8"), topology, "", kubelet=KubeletView(8, "3 pods with GPU ids, 0 holding other GPUs"))
+    assert report.ready and report.message == (
+        "driver: 8 GPUs visible; advertised: 8 (nvidia.com/gpu capacity); kubelet allocatable: 8; "
+        "topology: annotation matches the driver (checked every pass); "
+        "last verification: 3 pods with GPU ids, 0 holding other GPUs")
+    short = decide(node_json("8"), topology, "", kubelet=KubeletView(7))
+    assert (short.ready, short.reason) == (False, "AllocatableMismatch")
+    assert "kubelet allocatable: 7, not the 8 visible (unhealthy GPUs?)" in short.message
+    assert short.annotation is not None  # the topology is still true: it is written
