@@ -75,9 +75,9 @@ class Reporter:
         if (old.get("status"), old.get("reason"), old.get("message")) == (status, report.reason, report.message):
             return
         stamp = now_rfc3339()
+        transition = stamp if old.get("status") != status else old.get("lastTransitionTime", stamp)
         condition = {"type": GPU_READY_CONDITION, "status": status, "reason": report.reason,
-                     "message": report.message[:1024], "lastHeartbeatTime": stamp,
-                     "lastTransitionTime": stamp if old.get("status") != status else old.get("lastTransitionTime", stamp)}
+                     "message": report.message[:1024], "lastHeartbeatTime": stamp, "lastTransitionTime": transition}
         await self.kube.strategic_merge_patch(f"{path}/status", {"status": {"conditions": [condition]}})
 
 

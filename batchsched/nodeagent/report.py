@@ -43,7 +43,8 @@ def advertised_gpus(node: Mapping[str, Any], slices: Iterable[ResourceSlice]) ->
                   for d in s.devices if NVIDIA_RULE.selects(s.driver, d.attributes))
     if devices:
         return devices, "DRA devices of gpu.nvidia.com"
-    return 0, f"no {constants.GPU_RESOURCE} capacity and no DRA GPU devices: is the device plugin or DRA driver running?"
+    return 0, (f"no {constants.GPU_RESOURCE} capacity and no DRA GPU devices: "
+               "is the device plugin or DRA driver running?")
 
 
 @dataclass(frozen=True)

@@ -241,11 +241,13 @@ def test_with_the_policies_an_agent_changes_only_its_node_and_only_agents_set_gp
                                                           {"metadata": {"annotations": {"x": "1"}}}))
         assert not refused(lambda: agent_kube.merge_patch(f"{pods}/on-a", actual("3")))
         # everyone else (here the cluster admin, a fortiori a tenant): not gpu-ids-actual, other annotations yes
-        wait_for("gpu-ids-actual refused to others", lambda: refused(lambda: kube.merge_patch(f"{pods}/on-a", actual("4"))))
+        wait_for("gpu-ids-actual refused to others",
+                 lambda: refused(lambda: kube.merge_patch(f"{pods}/on-a", actual("4"))))
         forged = pod("forged", env.namespace)
         forged["metadata"]["annotations"] = {constants.GPU_IDS_ACTUAL_ANNOTATION: "0"}
         assert "only the batchsched node agent may set" in refused(lambda: env.create(forged))
         assert not refused(lambda: kube.merge_patch(f"{pods}/on-a", {"metadata": {"annotations": {"note": "ok"}}}))
         assert env.pods()["on-a"]["metadata"]["annotations"][constants.GPU_IDS_ACTUAL_ANNOTATION] == "3"
     finally:
-        kube.delete(f"/api/v1/namespaces/{AGENT_NAMESPACE}/pods/{agent_pod['metadata']['name']}", gracePeriodSeconds=0)
+        kube.delete(f"/api/v1/namespaces/{AGENT_NAMESPACE}/pods/{agent_pod['metadata']['name']}",
+                    gracePeriodSeconds=0)

@@ -45,9 +45,11 @@ class FakeNvml:
         self.running = False
         n = len(topology)
         counts = {topology.link(i, j).nvlinks for i in range(n) for j in range(i + 1, n)}
-        switched = n > 2 and len(counts) == 1 and 0 not in counts and counts.pop() * (n - 1) > self.NVML_NVLINK_MAX_LINKS
+        switched = (n > 2 and len(counts) == 1 and 0 not in counts
+                    and counts.pop() * (n - 1) > self.NVML_NVLINK_MAX_LINKS)
         # per GPU, one (remote bus id, remote type) per NVLink
-        self.nvlinks = [[(NVSWITCH_BUS_ID, pynvml.NVML_NVLINK_DEVICE_TYPE_SWITCH)] * topology.link(i, (i + 1) % n).nvlinks
+        self.nvlinks = [[(NVSWITCH_BUS_ID, pynvml.NVML_NVLINK_DEVICE_TYPE_SWITCH)]
+                        * topology.link(i, (i + 1) % n).nvlinks
                         if switched else
                         [(bus_id_of(j), pynvml.NVML_NVLINK_DEVICE_TYPE_GPU)
                          for j in range(n) if j != i for _ in range(topology.link(i, j).nvlinks)]

@@ -87,5 +87,6 @@ def test_the_committed_stubs_are_what_the_tool_generates_from_the_kubelets_api_p
     version = gen_podresources.kubelet_version()
     cache = subprocess.run(["go", "env", "GOMODCACHE"], capture_output=True, text=True, check=True).stdout.strip()
     if not (Path(cache) / f"k8s.io/kubelet@{version}").is_dir():
-        pytest.skip(f"k8s.io/kubelet@{version} is not in the module cache (go mod download -json k8s.io/kubelet@{version})")
+        pytest.skip(f"k8s.io/kubelet@{version} is not in the module cache "
+                    f"(go mod download -json k8s.io/kubelet@{version})")
     assert gen_podresources.main(["--check"]) == 0
