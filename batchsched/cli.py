@@ -1,4 +1,4 @@
-"""Command line: ``batchsched run | explain | simulate | demo-cluster | topo parse``."""
+"""Command line: ``batchsched run | explain | simulate | demo-cluster | topo parse | node-agent``."""
 from __future__ import annotations
 
 import argparse
@@ -80,6 +80,12 @@ def _topo_parse(args: argparse.Namespace) -> int:
         print(f"batchsched: {args.file}: {exc}", file=sys.stderr)
         return 2
     return 0
+
+
+def _node_agent(args: argparse.Namespace) -> int:
+    from batchsched.nodeagent.main import run_node_agent
+
+    return run_node_agent(args)
 
 
 def _simulate(args: argparse.Namespace) -> int:
@@ -178,6 +184,9 @@ def build_parser() -> argparse.ArgumentParser:
     p_parse.add_argument("--numa-memory", default="", metavar="N=QTY,...",
                          help="memory of each NUMA node, e.g. 0=256Gi,1=256Gi (the matrix does not show it)")
 
+    from batchsched.nodeagent.main import add_node_agent_parser
+    add_node_agent_parser(sub, _add_connection_flags)
+
     return parser
 
 
@@ -195,6 +204,8 @@ def main(argv: list[str] | None = None) -> int:
             return _topo_parse(args)
         if args.command == "simulate":
             return _simulate(args)
+        if args.command == "node-agent":
+            return _node_agent(args)
         from batchsched.demo import run_demo
         return run_demo()
     except (OSError, ValueError) as exc:

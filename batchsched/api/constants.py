@@ -12,6 +12,10 @@ DEFAULT_SCHEDULER_NAME = "batchsched"
 POD_GROUP_LABEL = f"{GROUP}/pod-group"
 # Chosen GPU indices travel on the Binding and land in the pod's annotations.
 GPU_IDS_ANNOTATION = f"{GROUP}/gpu-ids"
+# A node condition the node agent sets: its side of the GPU checklist (docs/node-agent.md).
+GPU_READY_CONDITION = "BatchschedGPUReady"
+# The GPU ids a pod really holds, per the kubelet, written by the node agent (docs/node-agent.md).
+GPU_IDS_ACTUAL_ANNOTATION = f"{GROUP}/gpu-ids-actual"
 # A node's GPU interconnect, written by `batchsched topo parse --format annotation`.
 GPU_TOPOLOGY_ANNOTATION = f"{GROUP}/gpu-topology"
 # The kubelet's Topology Manager policy, declared on a node (single-numa-node is enforced).

@@ -21,6 +21,7 @@ from batchsched.core.placement.fit import resource_reasons, static_reasons
 from batchsched.core.placement.gang import min_resources_beyond, never_fits
 from batchsched.core.placement.gpus import pick_gpus, static_reason
 from batchsched.core.snapshot import Snapshot
+from batchsched.core.text import clip
 from batchsched.core.topology.accounting import GpuRoom, gpu_rooms
 
 
@@ -107,6 +108,7 @@ def explain_gang(snapshot: Snapshot, gang_key: str) -> Report:
                f"{sum(max(0, free[n.name].get(constants.GPU_RESOURCE, 0)) for n in advertising)} free)")
     if len(gpu_asked) < len(gang.pending):
         report.add(_no_gpu_asked(gang.pending))
+    _node_agent_checklist(snapshot, report)
     dra = _dra_checklist(snapshot)
     report.data["gpuChecklist"]["dra"] = dra
     if dra["nodes"]:
@@ -205,6 +207,21 @@ def _dra_checklist(snapshot: Snapshot) -> dict[str, Any]:
     return {"nodes": nodes, "devices": sum(n["devices"] for n in nodes.values()),
             "allocated": sum(n["allocated"] for n in nodes.values()),
             "unsupportedClasses": dict(state.dra.selection.unsupported)}
+
+
+def _node_agent_checklist(snapshot: Snapshot, report: Report) -> None:
+    """The nodes' side, where the node agent runs: its condition on each node
+    (driver, advertised and allocatable GPUs, topology, last verification)."""
+    checked = [n for n in snapshot.nodes.values() if n.gpu_agent]
+    failing = sorted((n for n in checked if n.gpu_agent[0] != "True"), key=lambda n: n.name)
+    report.data["gpuChecklist"]["nodeAgent"] = {
+        "nodes": len(checked),
+        "notReady": [{"node": n.name, "reason": n.gpu_agent[1], "message": n.gpu_agent[2]} for n in failing]}
+    if checked:
+        report.add(f"  nodes checked by the node agent ({constants.GPU_READY_CONDITION}): {len(checked)}, "
+                   f"{len(failing)} not ready")
+    for n in failing:
+        report.add(f"  -> node {n.name}: {n.gpu_agent[1]}: {clip(n.gpu_agent[2], 300)}")
 
 
 def _static_gpu_reasons(node: NodeInfo, request: Mapping[str, int], policy: TopologyPolicy) -> list[str]:

@@ -112,6 +112,7 @@ class PodInfo:
     created: float = 0.0  # unix seconds
     resource_version: str = ""
     gpu_ids: tuple[int, ...] = ()  # from the gpu-ids annotation, once bound (the shell keeps only trusted ones)
+    gpu_ids_actual: tuple[int, ...] = ()  # the GPUs the kubelet gave it, per the node agent (gpu-ids-actual)
     nominated_node: str = ""
     labels: Mapping[str, str] = field(default_factory=dict)
     priority_class: str = ""
@@ -193,6 +194,8 @@ class NodeInfo:
     # nvidia.com/gpu is served through DRA here (``with_dra``): then
     # ``allocatable`` counts the DRA GPUs a class serves it with.
     gpus_by_dra: bool = False
+    # The node agent's BatchschedGPUReady condition: (status, reason, message); (): no agent reports.
+    gpu_agent: tuple[str, str, str] = ()
 
 
 @dataclass(frozen=True)
@@ -314,6 +317,7 @@ def pod_from_json(obj: Mapping[str, Any]) -> PodInfo:
         created=parse_time(meta.get("creationTimestamp")),
         resource_version=meta.get("resourceVersion", ""),
         gpu_ids=parse_gpu_ids(annotations.get(constants.GPU_IDS_ANNOTATION)),
+        gpu_ids_actual=parse_gpu_ids(annotations.get(constants.GPU_IDS_ACTUAL_ANNOTATION)),
         nominated_node=status.get("nominatedNodeName") or "",
         labels=dict(labels),
         priority_class=spec.get("priorityClassName") or "",
@@ -424,6 +428,9 @@ def node_from_json(obj: Mapping[str, Any]) -> NodeInfo:
         topology=topology,
         topology_error=topology_error,
         gpu_capacity=gpu_capacity,
+        gpu_agent=next(((str(c.get("status", "")), str(c.get("reason", "")), str(c.get("message", "")))
+                        for c in status.get("conditions") or ()
+                        if isinstance(c, dict) and c.get("type") == constants.GPU_READY_CONDITION), ()),
     )
 
 

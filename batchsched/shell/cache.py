@@ -279,6 +279,10 @@ class ClusterCache:
         to go by then; docs/binding.md).  Once believed, they stay what they
         were: editing or removing the annotation later changes nothing.
         Every other pod's GPUs count by number only.
+
+        On such a pod, the node agent's gpu-ids-actual (what the kubelet
+        really gave it) wins over the plan when it names as many GPUs: the
+        agent corrects where, never how many (docs/node-agent.md, "Trust").
         """
         if not pod.node_name or pod.scheduler_name != self.scheduler_name:
             self.witnessed.pop(pod.uid, None)
@@ -294,6 +298,8 @@ class ClusterCache:
             else:
                 return dataclasses.replace(pod, gpu_ids=()) if pod.gpu_ids else pod
             self.witnessed[pod.uid] = ids
+        if pod.gpu_ids_actual and len(pod.gpu_ids_actual) == len(ids):
+            ids = pod.gpu_ids_actual
         if pod.gpu_ids == ids and pod.bound_by_scheduler:
             return pod
         return dataclasses.replace(pod, gpu_ids=ids, bound_by_scheduler=True)

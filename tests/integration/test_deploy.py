@@ -100,12 +100,13 @@ def test_the_service_account_may_do_nothing_beyond_scheduling_and_evicting(
         assert not can(verb, resource, "-n", env.namespace, *extra), f"{SA_USER} may {verb} {resource} {extra}"
 
 
-def granted(objects: list[dict]) -> set[tuple[str, str, str, str, str]]:
+def granted(objects: list[dict], service_account: str = SERVICE_ACCOUNT,
+            namespace: str = NAMESPACE) -> set[tuple[str, str, str, str, str]]:
     """(namespace or "", API group, resource[/subresource], verb, name or "") for
-    every rule bound to batchsched's ServiceAccount."""
+    every rule bound to batchsched's ServiceAccount (or another)."""
     bound = {(b["kind"], b["roleRef"]["name"], b["metadata"].get("namespace", "")) for b in objects
              if b["kind"] in {"ClusterRoleBinding", "RoleBinding"}
-             and {"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": NAMESPACE} in b["subjects"]}
+             and {"kind": "ServiceAccount", "name": service_account, "namespace": namespace} in b["subjects"]}
     rules = set()
     for role in objects:
         namespace = role["metadata"].get("namespace", "") if role["kind"] == "Role" else ""
@@ -120,12 +121,12 @@ def granted(objects: list[dict]) -> set[tuple[str, str, str, str, str]]:
     return rules
 
 
-def audited(audit_log: Path, since: int) -> list[dict]:
-    """The audit events of batchsched's ServiceAccount after byte ``since`` of the log."""
+def audited(audit_log: Path, since: int, user: str = SA_USER) -> list[dict]:
+    """The audit events of batchsched's ServiceAccount (or ``user``) after byte ``since`` of the log."""
     with audit_log.open() as log:
         log.seek(since)
         events = [json.loads(line) for line in log if line.strip()]
-    return [e for e in events if e["user"]["username"] == SA_USER and e.get("objectRef")]
+    return [e for e in events if e["user"]["username"] == user and e.get("objectRef")]
 
 
 def used_by(rule: tuple[str, str, str, str, str], event: dict) -> bool:

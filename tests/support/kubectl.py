@@ -24,12 +24,18 @@ def rendered(binary: str, kubeconfig: str, directory: Path) -> list[dict]:
 
 
 def service_account_kubeconfig(kube: TestKube, admin_kubeconfig: str, namespace: str, name: str,
-                               path: Path) -> str:
+                               path: Path, bound_pod: dict | None = None) -> str:
     """A kubeconfig that authenticates as the ServiceAccount, with a token from
-    the TokenRequest API (what kubelets use; no long-lived token Secret)."""
+    the TokenRequest API (what kubelets use; no long-lived token Secret);
+    ``bound_pod``: the token is bound to that pod, as a pod's projected token is
+    (and then names the pod's node, Kubernetes >= 1.32)."""
+    spec: dict = {"expirationSeconds": 3600}
+    if bound_pod is not None:
+        spec["boundObjectRef"] = {"kind": "Pod", "apiVersion": "v1", "name": bound_pod["metadata"]["name"],
+                                  "uid": bound_pod["metadata"]["uid"]}
     token = kube.create(f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token",
                         {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-                         "spec": {"expirationSeconds": 3600}})["status"]["token"]
+                         "spec": spec})["status"]["token"]
     admin = yaml.safe_load(Path(admin_kubeconfig).read_text())
     context = next(c["context"] for c in admin["contexts"] if c["name"] == admin["current-context"])
     cluster = next(c for c in admin["clusters"] if c["name"] == context["cluster"])

@@ -111,6 +111,25 @@ def test_editing_or_removing_the_annotation_does_not_move_or_free_gpus(cache):
     assert cache.pods["u1"].gpu_ids == (0, 1)
 
 
+def with_actual(obj, actual):
+    obj["metadata"].setdefault("annotations", {})["scheduling.batchsched.io/gpu-ids-actual"] = actual
+    return obj
+
+
+def test_the_node_agents_actual_ids_win_on_our_pods_when_they_name_as_many_gpus(cache):
+    relist(cache, "pods", [gpu_pod("p", "u1")])
+    cache.assume("u1", "n", (0, 1))
+    cache._apply_pod("MODIFIED", gpu_pod("p", "u1", node="n", ids="0,1"))
+    cache._apply_pod("MODIFIED", with_actual(gpu_pod("p", "u1", node="n", ids="0,1"), "4,5"))
+    assert cache.pods["u1"].gpu_ids == (4, 5) and cache.pods["u1"].bound_by_scheduler
+    # a different count is no correction of where: the plan stands
+    cache._apply_pod("MODIFIED", with_actual(gpu_pod("p", "u1", node="n", ids="0,1"), "4,5,6"))
+    assert cache.pods["u1"].gpu_ids == (0, 1)
+    # on a pod bound by someone else, it buys nothing either
+    cache._apply_pod("ADDED", with_actual(gpu_pod("forged", "u3", node="n", ids="6,7"), "6,7"))
+    assert cache.pods["u3"].gpu_ids == () and not cache.pods["u3"].bound_by_scheduler
+
+
 def test_a_pod_that_finishes_frees_capacity_and_touches_its_gang(cache):
     relist(cache, "pods", [pod_json("p", "u1", node="n", group="g", phase="Running")])
     cache.drain_changes()

@@ -99,3 +99,27 @@ def test_the_need_is_said_once_for_the_gang_and_never_as_zero_or_beyond_the_pods
                          "default/g")
     assert "needs 0" not in str(extra) and "needs 0" not in extra.verdict
     assert extra.verdict == "has its quorum bound; 1 more pod(s) are placed as room allows; room now for 0 like g-2"
+
+
+def test_the_node_agents_condition_is_the_nodes_side_of_the_checklist():
+    from batchsched.api import constants
+    from batchsched.core.model import node_from_json
+
+    def agent_node(name: str, status: str, reason: str, message: str):
+        return node_from_json({"metadata": {"name": name}, "status": {
+            "allocatable": {"cpu": "8", "memory": "32Gi", "pods": "110", "nvidia.com/gpu": "8"},
+            "conditions": [{"type": "Ready", "status": "True"},
+                           {"type": constants.GPU_READY_CONDITION, "status": status, "reason": reason,
+                            "message": message}]}})
+
+    nodes = [agent_node("good", "True", "TopologyReported", "driver: 8 GPUs visible"),
+             agent_node("bad", "False", "GPUCountMismatch", "driver: 8 GPUs visible; advertised: 4"),
+             node("plain", gpu=8)]
+    report = explain_gang(snapshot(nodes, gang_pods("g", 1, gpu=8), [group("g")]), "default/g")
+    text = str(report)
+    assert "nodes checked by the node agent (BatchschedGPUReady): 2, 1 not ready" in text
+    assert "-> node bad: GPUCountMismatch: driver: 8 GPUs visible; advertised: 4" in text
+    assert report.data["gpuChecklist"]["nodeAgent"]["notReady"] == [
+        {"node": "bad", "reason": "GPUCountMismatch", "message": "driver: 8 GPUs visible; advertised: 4"}]
+    assert "node agent" not in str(explain_gang(snapshot([node("plain", gpu=8)], gang_pods("g", 1, gpu=8),
+                                                         [group("g")]), "default/g"))

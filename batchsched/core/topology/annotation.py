@@ -5,13 +5,13 @@ Version 1::
 
     {"version": 1,
      "gpus": [{"index": 0, "numa": 0, "cpus": "0-19,40-59",
-               "uuid": "GPU-...", "pciBusId": "00000000:07:00.0"}, ...],
+               "uuid": "GPU-...", "pciBusId": "00000000:07:00.0", "mig": true}, ...],
      "links": ["NV1 NV1 NV2 NV2 SYS SYS SYS", "NV2 NV1 SYS NV2 SYS SYS", ...],
      "nics": [{"name": "mlx5_0", "links": "PIX PIX PHB PHB SYS SYS SYS SYS"}],
      "numa": [{"id": 0, "cpus": "0-19,40-59", "memory": 274877906944}]}
 
 ``links[i]`` lists the links from GPU i to GPUs i+1..n-1, so an n-GPU node
-has n-1 rows.  ``numa``, ``cpus``, ``uuid``, ``pciBusId``, ``nics`` and
+has n-1 rows.  ``numa``, ``cpus``, ``uuid``, ``pciBusId``, ``mig`` (MIG mode on), ``nics`` and
 ``memory`` are optional; a NIC link of ``-`` is unknown.  Unknown keys are
 ignored, so a newer writer may add some without breaking older readers.
 
@@ -54,6 +54,8 @@ def to_document(topology: GpuTopology) -> dict[str, Any]:
             entry["uuid"] = gpu.uuid
         if gpu.pci_bus_id:
             entry["pciBusId"] = gpu.pci_bus_id
+        if gpu.mig:
+            entry["mig"] = True
         gpus.append(entry)
     document: dict[str, Any] = {
         "version": SCHEMA_VERSION,
@@ -144,7 +146,7 @@ def _gpu(k: int, raw: Any) -> Gpu:
     _check(isinstance(raw, dict), f"{where} must be an object")
     _check(raw.get("index") == k, f"{where}.index must be {k}")
     return Gpu(k, _int(raw, "numa", where), parse_cpu_list(str(raw.get("cpus", ""))),
-               str(raw.get("uuid", "")), str(raw.get("pciBusId", "")))
+               str(raw.get("uuid", "")), str(raw.get("pciBusId", "")), raw.get("mig") is True)
 
 
 def _nic(k: int, raw: Any, gpu_count: int) -> Nic:

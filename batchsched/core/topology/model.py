@@ -135,6 +135,7 @@ class Gpu:
     cpus: frozenset[int] = frozenset()  # CPU affinity
     uuid: str = ""
     pci_bus_id: str = ""
+    mig: bool = False  # MIG mode enabled: the GPU is split into MIG devices
 
 
 @dataclass(frozen=True)

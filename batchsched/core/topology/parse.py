@@ -25,6 +25,7 @@ Anything else is a :class:`TopologyParseError` naming the line and the problem.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import Mapping
 
 from batchsched.core.topology.model import (
@@ -126,13 +127,23 @@ def parse_topo(text: str, numa_memory: Mapping[int, int] | None = None) -> GpuTo
                     f"the link GPU{j}-GPU{i} is {links[j][i]} but line {rows[f'GPU{i}'][0]} "
                     f"says GPU{i}-GPU{j} is {links[i][j]}"))
 
-    gpus = _gpus(gpu_cells, affinities)
+    nics = tuple(Nic(nic_names.get(column, column), tuple(nic_links[k]))
+                 for k, column in enumerate(devices[gpu_count:]))
+    return assemble(_gpus(gpu_cells, affinities), links, nics, numa_memory)
+
+
+def assemble(gpus: list[Gpu], links: list[list[Link | None]], nics: tuple[Nic, ...] = (),
+             numa_memory: Mapping[int, int] | None = None) -> GpuTopology:
+    """The topology of these GPUs, links and NICs, whoever read them (this
+    parser, or the node agent through NVML): when no GPU has a known NUMA
+    node, they are grouped by CPU affinity; every NUMA node a GPU belongs to
+    is declared with its GPUs' CPUs and ``numa_memory`` (bytes by node id)."""
+    if all(g.numa is None for g in gpus):
+        gpus = [replace(g, numa=numa) for g, numa in zip(gpus, _numa_from_cpus([g.cpus for g in gpus]))]
     numa_ids = sorted({g.numa for g in gpus if g.numa is not None})
     numa_nodes = tuple(
         NumaNode(n, frozenset().union(*(g.cpus for g in gpus if g.numa == n)), (numa_memory or {}).get(n, 0))
         for n in numa_ids)
-    nics = tuple(Nic(nic_names.get(column, column), tuple(nic_links[k]))
-                 for k, column in enumerate(devices[gpu_count:]))
     return GpuTopology(tuple(gpus), tuple(tuple(row) for row in links), nics, numa_nodes)
 
 
@@ -217,8 +228,6 @@ def _gpus(gpu_cells: list[tuple[int, list[str]]], affinities: list[str]) -> list
         gpu_numa = cell.get(GPU_NUMA_ID, "")
         if gpu_numa not in ("", "N/A") and not gpu_numa.isdigit():
             raise TopologyParseError(number, f"GPU NUMA ID {gpu_numa!r} is neither a number nor N/A")
-    if all(n is None for n in numas):
-        numas = _numa_from_cpus(cpus)
     return [Gpu(i, numas[i], cpus[i]) for i in range(len(gpu_cells))]
 
 
