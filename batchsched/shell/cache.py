@@ -281,8 +281,11 @@ class ClusterCache:
         Every other pod's GPUs count by number only.
 
         On such a pod, the node agent's gpu-ids-actual (what the kubelet
-        really gave it) wins over the plan when it names as many GPUs: the
-        agent corrects where, never how many (docs/node-agent.md, "Trust").
+        really gave it) wins over the plan when it names as many GPUs and an
+        agent reports on the node (its BatchschedGPUReady condition: nodes
+        are not tenant-writable, and the agent's component installs the
+        policy that lets only agents write gpu-ids-actual): the agent
+        corrects where, never how many (docs/node-agent.md, "Trust").
         """
         if not pod.node_name or pod.scheduler_name != self.scheduler_name:
             self.witnessed.pop(pod.uid, None)
@@ -298,11 +301,15 @@ class ClusterCache:
             else:
                 return dataclasses.replace(pod, gpu_ids=()) if pod.gpu_ids else pod
             self.witnessed[pod.uid] = ids
-        if pod.gpu_ids_actual and len(pod.gpu_ids_actual) == len(ids):
+        if pod.gpu_ids_actual and len(pod.gpu_ids_actual) == len(ids) and self._agent_on(pod.node_name):
             ids = pod.gpu_ids_actual
         if pod.gpu_ids == ids and pod.bound_by_scheduler:
             return pod
         return dataclasses.replace(pod, gpu_ids=ids, bound_by_scheduler=True)
+
+    def _agent_on(self, node_name: str) -> bool:
+        node = self.nodes.get(node_name)
+        return node is not None and bool(node.gpu_agent)
 
     def _pod_entry(self, obj: dict) -> tuple[str, PodInfo] | None:
         """A listed pod; one that differs from the pod held only in what

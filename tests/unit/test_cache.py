@@ -120,6 +120,12 @@ def test_the_node_agents_actual_ids_win_on_our_pods_when_they_name_as_many_gpus(
     relist(cache, "pods", [gpu_pod("p", "u1")])
     cache.assume("u1", "n", (0, 1))
     cache._apply_pod("MODIFIED", gpu_pod("p", "u1", node="n", ids="0,1"))
+    # no agent reports on the node: the annotation may be a tenant's, the plan stands
+    cache._apply_pod("MODIFIED", with_actual(gpu_pod("p", "u1", node="n", ids="0,1"), "4,5"))
+    assert cache.pods["u1"].gpu_ids == (0, 1)
+    agent_node = node_json("n")
+    agent_node["status"]["conditions"].append({"type": "BatchschedGPUReady", "status": "True", "reason": "Ready"})
+    cache._apply_node("ADDED", agent_node)
     cache._apply_pod("MODIFIED", with_actual(gpu_pod("p", "u1", node="n", ids="0,1"), "4,5"))
     assert cache.pods["u1"].gpu_ids == (4, 5) and cache.pods["u1"].bound_by_scheduler
     # a different count is no correction of where: the plan stands
