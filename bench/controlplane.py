@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import subprocess
@@ -34,6 +35,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import AsyncIterator
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "e2e"))
@@ -215,45 +217,53 @@ async def gang_latency(kube: Kube, kubeconfig: Path, workdir: Path, ns: str, poo
         stop(proc)
 
 
-async def main_async(args) -> None:
-    with tempfile.TemporaryDirectory(prefix="bench-cp-") as tmp:
+@contextlib.asynccontextmanager
+async def bench_cluster(prefix: str, **connect) -> AsyncIterator[tuple[localcluster.Cluster, Kube, Path]]:
+    """A local control plane of the benchmark's own with the PodGroup CRD
+    installed: (cluster, admin client, scratch dir), all gone afterwards."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
         workdir = Path(tmp)
         cluster = localcluster.up(workdir / "cluster", with_scheduler=False, die_with_parent=True)
-        kube = await Kube.connect(str(cluster.kubeconfig))
+        kube = await Kube.connect(str(cluster.kubeconfig), **connect)
         try:
             crd = yaml.safe_load((ROOT / "crds" / "podgroup.yaml").read_text())
             await kube.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", body=crd)
-            rounds = range(args.rounds)
-            pools = ([f"null{r}" for r in rounds] + [f"batchsched{r}" for r in rounds]
-                     + ["kube-fast", "kube-default", "gang"])
-            for pool in pools:
-                await kube.request("POST", "/api/v1/namespaces", body={"metadata": {"name": f"bench-{pool}"}})
-            node_names = {pool: [f"{pool}-{i:04d}" for i in range(args.nodes)] for pool in pools}
-            for pool in pools:
-                await create_many(kube, "/api/v1/nodes", [node_body(n, pool) for n in node_names[pool]])
-            await asyncio.sleep(2)
-            null_rates, ours = [], []
-            for r in rounds:  # alternating who goes first, each on its own pool
-                for contender in (("null", "batchsched") if r % 2 == 0 else ("batchsched", "null")):
-                    pool = f"{contender}{r}"
-                    if contender == "null":
-                        null_rates.append(await run_null_binder(kube, f"bench-{pool}", node_names[pool],
-                                                                args.pods, args.parallel))
-                    else:
-                        ours.append(await run_batchsched(kube, cluster.kubeconfig, workdir, f"bench-{pool}",
-                                                         pool, args.pods, args.gang))
-                    await settle(kube, f"bench-{pool}", args.pods)
-            results = {"(a) null binder": median_rate(null_rates), "(b) batchsched": median_rate(ours)}
-            results["(c) kube-scheduler, QPS 5000"] = await run_kube_scheduler(
-                kube, cluster.kubeconfig, workdir, "bench-kube-fast", "kube-fast", args.pods, 5000)
-            await settle(kube, "bench-kube-fast", args.pods)
-            results["(c) kube-scheduler, default QPS"] = await run_kube_scheduler(
-                kube, cluster.kubeconfig, workdir, "bench-kube-default", "kube-default", args.pods, None)
-            await settle(kube, "bench-kube-default", args.pods)
-            latency = await gang_latency(kube, cluster.kubeconfig, workdir, "bench-gang", "gang", 256)
+            yield cluster, kube, workdir
         finally:
             await kube.close()
             localcluster.down(workdir / "cluster")
+
+
+async def main_async(args) -> None:
+    async with bench_cluster("bench-cp-") as (cluster, kube, workdir):
+        rounds = range(args.rounds)
+        pools = ([f"null{r}" for r in rounds] + [f"batchsched{r}" for r in rounds]
+                 + ["kube-fast", "kube-default", "gang"])
+        for pool in pools:
+            await kube.request("POST", "/api/v1/namespaces", body={"metadata": {"name": f"bench-{pool}"}})
+        node_names = {pool: [f"{pool}-{i:04d}" for i in range(args.nodes)] for pool in pools}
+        for pool in pools:
+            await create_many(kube, "/api/v1/nodes", [node_body(n, pool) for n in node_names[pool]])
+        await asyncio.sleep(2)
+        null_rates, ours = [], []
+        for r in rounds:  # alternating who goes first, each on its own pool
+            for contender in (("null", "batchsched") if r % 2 == 0 else ("batchsched", "null")):
+                pool = f"{contender}{r}"
+                if contender == "null":
+                    null_rates.append(await run_null_binder(kube, f"bench-{pool}", node_names[pool],
+                                                            args.pods, args.parallel))
+                else:
+                    ours.append(await run_batchsched(kube, cluster.kubeconfig, workdir, f"bench-{pool}",
+                                                     pool, args.pods, args.gang))
+                await settle(kube, f"bench-{pool}", args.pods)
+        results = {"(a) null binder": median_rate(null_rates), "(b) batchsched": median_rate(ours)}
+        results["(c) kube-scheduler, QPS 5000"] = await run_kube_scheduler(
+            kube, cluster.kubeconfig, workdir, "bench-kube-fast", "kube-fast", args.pods, 5000)
+        await settle(kube, "bench-kube-fast", args.pods)
+        results["(c) kube-scheduler, default QPS"] = await run_kube_scheduler(
+            kube, cluster.kubeconfig, workdir, "bench-kube-default", "kube-default", args.pods, None)
+        await settle(kube, "bench-kube-default", args.pods)
+        latency = await gang_latency(kube, cluster.kubeconfig, workdir, "bench-gang", "gang", 256)
     ceiling = results["(a) null binder"]
     print(f"\n{args.nodes} nodes x 8 GPUs per contender, {args.pods} pending 1-GPU pods "
           f"(batchsched: gangs of {args.gang}), binding parallelism {args.parallel}, "

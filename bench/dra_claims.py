@@ -18,16 +18,14 @@ import argparse
 import asyncio
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
-import yaml  # noqa: E402
 from controlplane import (  # noqa: E402
-    GPU, Rate, create_many, localcluster, node_body, pod_body, settle, start_batchsched, stop, wait_all_bound,
+    GPU, Rate, bench_cluster, create_many, node_body, pod_body, settle, start_batchsched, stop, wait_all_bound,
 )
 
 from batchsched.api import constants  # noqa: E402
@@ -91,30 +89,21 @@ async def claims_of(kube: Kube, ns: str) -> int:
 
 
 async def main_async(args) -> None:
-    with tempfile.TemporaryDirectory(prefix="bench-dra-") as tmp:
-        workdir = Path(tmp)
-        cluster = localcluster.up(workdir / "cluster", with_scheduler=False, die_with_parent=True)
-        kube = await Kube.connect(str(cluster.kubeconfig))
-        try:
-            crd = yaml.safe_load((ROOT / "crds" / "podgroup.yaml").read_text())
-            await kube.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", body=crd)
-            await kube.request("POST", "/apis/resource.k8s.io/v1/deviceclasses", body=dra.device_class())
-            pools = {"plugin": False, "dra": True, "big": True}
-            for pool, through_dra in pools.items():
-                await kube.request("POST", "/api/v1/namespaces", body={"metadata": {"name": f"bench-{pool}"}})
-                nodes = args.nodes if pool != "big" else -(-(args.big + 1) // 8)
-                await add_nodes(kube, pool, nodes, through_dra)
-            await asyncio.sleep(2)
-            results = {}
-            for pool, label in (("plugin", "device plugin (binding only)"), ("dra", "DRA (claim, then binding)")):
-                results[label] = await throughput(kube, cluster.kubeconfig, workdir, pool, args.pods, args.gang)
-                await settle(kube, f"bench-{pool}", args.pods)
-            claims = await claims_of(kube, "bench-dra")
-            latency = await big_gang(kube, cluster.kubeconfig, workdir, "big", args.big)
-            big_claims = await claims_of(kube, "bench-big")
-        finally:
-            await kube.close()
-            localcluster.down(workdir / "cluster")
+    async with bench_cluster("bench-dra-") as (cluster, kube, workdir):
+        await kube.request("POST", "/apis/resource.k8s.io/v1/deviceclasses", body=dra.device_class())
+        pools = {"plugin": False, "dra": True, "big": True}
+        for pool, through_dra in pools.items():
+            await kube.request("POST", "/api/v1/namespaces", body={"metadata": {"name": f"bench-{pool}"}})
+            nodes = args.nodes if pool != "big" else -(-(args.big + 1) // 8)
+            await add_nodes(kube, pool, nodes, through_dra)
+        await asyncio.sleep(2)
+        results = {}
+        for pool, label in (("plugin", "device plugin (binding only)"), ("dra", "DRA (claim, then binding)")):
+            results[label] = await throughput(kube, cluster.kubeconfig, workdir, pool, args.pods, args.gang)
+            await settle(kube, f"bench-{pool}", args.pods)
+        claims = await claims_of(kube, "bench-dra")
+        latency = await big_gang(kube, cluster.kubeconfig, workdir, "big", args.big)
+        big_claims = await claims_of(kube, "bench-big")
     print(f"\n{args.nodes} DGX-1-like nodes per pool, {args.pods} pending 1-GPU pods in gangs of {args.gang}\n")
     print("| pool | steady pods bound/s | start to first bind (s) | overall pods/s incl. start |\n|---|---|---|---|")
     for label, rate in results.items():

@@ -20,14 +20,12 @@ import asyncio
 import re
 import signal
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import controlplane as cp  # noqa: E402  (shares the cluster helpers)
-import yaml  # noqa: E402
 
 from batchsched.api import constants  # noqa: E402
 from batchsched.shell.kube import Kube  # noqa: E402
@@ -82,42 +80,33 @@ async def relisted(log_path: Path, offset: int, timeout: float = 900) -> dict[st
 
 
 async def main_async(args) -> None:
-    with tempfile.TemporaryDirectory(prefix="bench-restart-") as tmp:
-        workdir = Path(tmp)
-        cluster = cp.localcluster.up(workdir / "cluster", with_scheduler=False, die_with_parent=True)
-        kube = await Kube.connect(str(cluster.kubeconfig), qps_connections=128)
+    async with cp.bench_cluster("bench-restart-", qps_connections=128) as (cluster, kube, workdir):
+        for ns in ("bench-old", "bench-new"):
+            await kube.request("POST", "/api/v1/namespaces", body={"metadata": {"name": ns}})
+        t0 = time.monotonic()
+        nodes = [f"{POOL}-{i:05d}" for i in range(args.nodes)]
+        await cp.create_many(kube, "/api/v1/nodes", [unmanaged_node(n) for n in nodes], parallel=128)
+        await cp.create_many(kube, "/api/v1/namespaces/bench-old/pods",
+                             [bound_pod(i, nodes[i % len(nodes)]) for i in range(args.pods)], parallel=128)
+        print(f"setup: {args.nodes} nodes, {args.pods} bound pods in {time.monotonic() - t0:.0f}s")
+        await submit_gang(kube, "g")
+        start = time.monotonic()
+        proc = cp.start_batchsched(cluster.kubeconfig, workdir, POOL, log_level="INFO")
+        log_path = workdir / f"batchsched-{POOL}.log"
         try:
-            crd = yaml.safe_load((cp.ROOT / "crds" / "podgroup.yaml").read_text())
-            await kube.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", body=crd)
-            for ns in ("bench-old", "bench-new"):
-                await kube.request("POST", "/api/v1/namespaces", body={"metadata": {"name": ns}})
-            t0 = time.monotonic()
-            nodes = [f"{POOL}-{i:05d}" for i in range(args.nodes)]
-            await cp.create_many(kube, "/api/v1/nodes", [unmanaged_node(n) for n in nodes], parallel=128)
-            await cp.create_many(kube, "/api/v1/namespaces/bench-old/pods",
-                                 [bound_pod(i, nodes[i % len(nodes)]) for i in range(args.pods)], parallel=128)
-            print(f"setup: {args.nodes} nodes, {args.pods} bound pods in {time.monotonic() - t0:.0f}s")
-            await submit_gang(kube, "g")
-            start = time.monotonic()
-            proc = cp.start_batchsched(cluster.kubeconfig, workdir, POOL, log_level="INFO")
-            log_path = workdir / f"batchsched-{POOL}.log"
-            try:
-                first, _ = await cp.wait_all_bound(kube, "bench-new", 1, timeout=900)
-                rss_first = peak_rss_mib(proc.pid)
-                await cp.wait_all_bound(kube, "bench-new", 8, timeout=900)
-                offset = log_path.stat().st_size
-                asked = time.monotonic()
-                proc.send_signal(signal.SIGUSR1)
-                lists = await relisted(log_path, offset)
-                relist_done = time.monotonic()
-                await submit_gang(kube, "g2")
-                await cp.wait_all_bound(kube, "bench-new", 16, timeout=900)
-                rss = peak_rss_mib(proc.pid)
-            finally:
-                cp.stop(proc)
+            first, _ = await cp.wait_all_bound(kube, "bench-new", 1, timeout=900)
+            rss_first = peak_rss_mib(proc.pid)
+            await cp.wait_all_bound(kube, "bench-new", 8, timeout=900)
+            offset = log_path.stat().st_size
+            asked = time.monotonic()
+            proc.send_signal(signal.SIGUSR1)
+            lists = await relisted(log_path, offset)
+            relist_done = time.monotonic()
+            await submit_gang(kube, "g2")
+            await cp.wait_all_bound(kube, "bench-new", 16, timeout=900)
+            rss = peak_rss_mib(proc.pid)
         finally:
-            await kube.close()
-            cp.localcluster.down(workdir / "cluster")
+            cp.stop(proc)
     objects, pages, seconds = lists["pods"]
     print(f"restart to first bind: {first - start:.1f} s; scheduler peak RSS then: {rss_first:.0f} MiB")
     print(f"forced relist of every collection: {relist_done - asked:.1f} s (pods: {objects} in {pages} pages, "

@@ -87,8 +87,10 @@ class Chaos:
 
 def fast_lease(env: Env) -> dict:
     """Leader election timing for scenarios that kill the leader: a standby or a
-    restarted replica takes over within ~3 s, not the default ~10 s."""
-    return {"leaseNamespace": env.namespace, "leaseDurationSeconds": 3.0, "renewDeadlineSeconds": 2.0,
+    restarted replica takes over within ~6 s, not the default ~10 s.  The renew
+    deadline stays 4 s: shorter, a renewal slowed by a loaded CI machine lost
+    the lease (and the replica exited) mid-test."""
+    return {"leaseNamespace": env.namespace, "leaseDurationSeconds": 6.0, "renewDeadlineSeconds": 4.0,
             "retryPeriodSeconds": 0.5}
 
 
