@@ -40,7 +40,7 @@ def advertised_gpus(node: Mapping[str, Any], slices: Iterable[ResourceSlice]) ->
             return 0, f"{constants.GPU_RESOURCE} capacity {str(capacity)[:40]!r}, not a count"
     name = (node.get("metadata") or {}).get("name", "")
     devices = sum(1 for s in slices if s.node == name
-                  for d in s.devices if NVIDIA_RULE.selects(s.driver, d.attributes))
+                  for d in s.devices if NVIDIA_RULE.selects(s.driver, d))
     if devices:
         return devices, "DRA devices of gpu.nvidia.com"
     return 0, (f"no {constants.GPU_RESOURCE} capacity and no DRA GPU devices: "

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from batchsched.api import constants
-from batchsched.core.dra.inventory import class_rule, gpu_selection, node_dra, pci_key
+from batchsched.core.dra.inventory import gpu_selection, node_dra, pci_key
 from batchsched.core.dra.model import (
     MAX_RESULTS, AllocatedDevice, DeviceClass, DraError, claim_from_json, slice_from_json,
 )
@@ -135,13 +135,32 @@ def test_a_slice_with_a_bad_attribute_or_too_many_devices_is_refused():
 # ---- which devices are GPUs, and which topology GPU each is ------------------------
 
 
-def test_nvidias_class_selector_is_read_and_other_cel_is_refused_with_a_reason():
-    assert class_rule(DeviceClass("gpu.nvidia.com", "nvidia.com/gpu", (dra.GPU_CLASS_SELECTOR,))).driver == \
-        "gpu.nvidia.com"
-    selection = gpu_selection([DeviceClass("big", "nvidia.com/gpu", (
-        "device.capacity['gpu.nvidia.com'].memory.isGreaterThan(quantity('40Gi'))",))])
-    assert "is not read by this version" in selection.unsupported["big"]
-    assert len(selection.extended_rules) == 0
+def test_class_selectors_are_cel_and_one_that_does_not_compile_marks_the_class_unsupported():
+    gpus = dra.resource_slice(NODE, TOPOLOGY, indices=range(4))
+    for index in (0, 1):
+        gpus["spec"]["devices"][index]["capacity"]["memory"] = {"value": "80Gi"}
+    gpus["spec"]["devices"][2]["attributes"]["type"] = {"string": "mig"}
+    selection = gpu_selection([
+        DeviceClass("big", "nvidia.com/gpu", ("device.capacity['gpu.nvidia.com'].memory.isGreaterThan(quantity('40Gi'))",)),
+        DeviceClass("gpu.nvidia.com", "nvidia.com/gpu", (dra.GPU_CLASS_SELECTOR,)),
+        DeviceClass("odd", "nvidia.com/gpu", ("device.attributes['gpu.nvidia.com'].type.frobnicate()",))])
+    assert "method 'frobnicate' is not supported" in selection.unsupported["odd"]
+    assert [name for name, _ in selection.extended_rules] == ["big", "gpu.nvidia.com"]
+    inventory = node_dra([slice_from_json(gpus)], selection, TOPOLOGY)
+    # the first class by name serves each device it selects; the MIG device no class (nor NVIDIA's rule) takes
+    assert {g.index: g.extended_class for g in inventory.gpus} == {0: "big", 1: "big", 3: "gpu.nvidia.com"}
+
+
+def test_a_selector_failing_on_a_device_does_not_select_it_and_the_node_says_why():
+    gpus = dra.resource_slice(NODE, TOPOLOGY, indices=range(2))
+    del gpus["spec"]["devices"][1]["attributes"]["productName"]
+    selection = gpu_selection([DeviceClass("v100", "nvidia.com/gpu",
+                                           ("device.attributes['gpu.nvidia.com'].productName.startsWith('Tesla')",))])
+    inventory = node_dra([slice_from_json(gpus)], selection, TOPOLOGY)
+    assert {g.index: g.extended_class for g in inventory.gpus} == {0: "v100", 1: ""}  # NVIDIA's rule still counts it
+    assert len(inventory.problems) == 1
+    assert inventory.problems[0].startswith("DeviceClass v100: selector")
+    assert "no such member in mapping: 'productName'" in inventory.problems[0]
 
 
 def test_a_class_without_selectors_takes_every_device_of_any_driver():
@@ -386,13 +405,14 @@ def test_readiness_names_the_collections_not_synced_yet():
 def test_explain_names_a_gpu_class_it_cannot_read(cache):
     from batchsched.core.explain import explain_gang
 
-    unreadable = dra.device_class(["device.attributes['gpu.nvidia.com'].productName.startsWith('H100')"], "h100")
+    unreadable = dra.device_class(["device.attributes['gpu.nvidia.com'].productName.frobnicate('H100')"], "h100")
     listed(cache, nodes=[node_json()], classes=[dra.device_class(), unreadable],
            slices=[dra.resource_slice(NODE, TOPOLOGY)], pods=[pod_json("w", 1)])
     report = explain_gang(cache.snapshot(0), "ns/pod:w")
     assert ("  nodes with DRA GPUs: 1 (8 devices, 0 allocated; nvidia.com/gpu served through them, "
             "by extended-resource claims, on 1)") in report.lines
-    assert any(line.startswith("  -> DeviceClass h100 (nvidia.com/gpu) is not read: selector") for line in report.lines)
+    assert any(line.startswith("  -> DeviceClass h100 (nvidia.com/gpu) is not read: selector") and
+               line.endswith("method 'frobnicate' is not supported in a device selector") for line in report.lines)
     assert list(report.data["gpuChecklist"]["dra"]["unsupportedClasses"]) == ["h100"]
 
 

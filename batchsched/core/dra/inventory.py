@@ -4,12 +4,12 @@ A device is a GPU when a rule selects it:
 
 * NVIDIA's driver, always: driver ``gpu.nvidia.com``, attribute ``type``
   ``gpu`` (or none); MIG devices (``type: mig``) are not whole GPUs;
-* a DeviceClass with ``extendedResourceName: nvidia.com/gpu`` whose
-  selectors this version reads: none at all (every device), or CEL
-  conjunctions of ``device.driver == "D"`` and
-  ``device.attributes["D"].NAME == "V"`` (NVIDIA's own class is written so).
-  Any other expression marks the class unsupported, with the reason; its
-  devices are never guessed at (CEL comes with explicit claims, docs/dra.md).
+* a DeviceClass with ``extendedResourceName: nvidia.com/gpu`` whose CEL
+  selectors (``core/dra/cel.py``) all select it; none at all selects every
+  device. A selector that does not compile marks the class unsupported,
+  with the reason; its devices are never guessed at. A selector that fails
+  on a device (a missing attribute) does not select it, and the node's
+  problems name the first such failure of each class.
 
 Each GPU maps to the node's topology (the gpu-topology annotation): by its
 ``uuid`` attribute, else by ``resource.kubernetes.io/pciBusID``, else by
@@ -26,68 +26,51 @@ from dataclasses import dataclass
 from typing import Iterable, Mapping
 
 from batchsched.api.constants import GPU_RESOURCE
-from batchsched.core.dra.model import PCI_BUS_ID_ATTRIBUTE, DeviceClass, ResourceSlice
+from batchsched.core.dra.cel import Selector, SelectorError, compile_selector
+from batchsched.core.dra.model import PCI_BUS_ID_ATTRIBUTE, Device, DeviceClass, ResourceSlice
 from batchsched.core.text import clip
 from batchsched.core.topology.model import GpuTopology
 
 NVIDIA_DRIVER = "gpu.nvidia.com"
-_QUOTED = r"""(?:'([^'\\]*)'|"([^"\\]*)")"""
-_DRIVER_TERM = re.compile(rf"device\.driver\s*==\s*{_QUOTED}")
-_ATTRIBUTE_TERM = re.compile(rf"device\.attributes\[\s*{_QUOTED}\s*\]\.([A-Za-z_][A-Za-z0-9_]*)\s*==\s*{_QUOTED}")
 _MINOR = re.compile(r"gpu-(\d{1,9})")
 _PCI = re.compile(r"(?:([0-9a-f]{1,8}):)?([0-9a-f]{1,2}):([0-9a-f]{1,2})\.([0-7])")
 
 
 @dataclass(frozen=True)
 class GpuRule:
-    """Devices of ``driver`` ("" = any) whose attributes equal ``attributes``
-    (qualified name -> string value)."""
+    """Devices every selector selects (none: every device); or NVIDIA's
+    built-in rule: driver gpu.nvidia.com, attribute ``type`` "gpu" or none."""
 
-    driver: str = ""
-    attributes: tuple[tuple[str, str], ...] = ()
-    type_gpu_or_absent: bool = False  # NVIDIA's built-in rule: type "gpu", or none published
+    selectors: tuple[Selector, ...] = ()
+    nvidia_builtin: bool = False
 
-    def selects(self, driver: str, attributes: Mapping[str, str | int | bool]) -> bool:
-        if self.driver and driver != self.driver:
-            return False
-        if self.type_gpu_or_absent and attributes.get("type", "gpu") != "gpu":
-            return False
-        return all(attributes.get(name) == value for name, value in self.attributes)
+    def selects(self, driver: str, device: Device) -> bool:
+        """Raises ``SelectorError`` when a selector fails on the device."""
+        if self.nvidia_builtin:
+            return driver == NVIDIA_DRIVER and device.attributes.get("type", "gpu") == "gpu"
+        return all(selector.matches(driver, device) for selector in self.selectors)
 
 
-NVIDIA_RULE = GpuRule(NVIDIA_DRIVER, type_gpu_or_absent=True)
+NVIDIA_RULE = GpuRule(nvidia_builtin=True)
 
 
 @dataclass(frozen=True)
 class GpuSelection:
-    rules: tuple[GpuRule, ...]  # NVIDIA's, then each supported GPU class's
     # the supported classes with extendedResourceName nvidia.com/gpu, by name: (class name, rule)
     extended_rules: tuple[tuple[str, GpuRule], ...]
     unsupported: Mapping[str, str]  # class name -> why its selectors are not read
 
 
 def class_rule(device_class: DeviceClass) -> GpuRule | str:
-    """The rule a class's selectors amount to, or why they are not read."""
-    driver, attributes = "", []
-    for expression in device_class.selectors:
-        for term in (t.strip() for t in expression.split("&&")):
-            if match := _DRIVER_TERM.fullmatch(term):
-                value = match.group(1) if match.group(1) is not None else match.group(2)
-                if driver and driver != value:
-                    return f"selects two drivers ({driver!r}, {clip(value, 60)!r})"
-                driver = value
-            elif match := _ATTRIBUTE_TERM.fullmatch(term):
-                domain = match.group(1) if match.group(1) is not None else match.group(2)
-                value = match.group(4) if match.group(4) is not None else match.group(5)
-                attributes.append((f"{domain}/{match.group(3)}", value))
-            else:
-                return (f"selector {clip(term, 80)!r} is not read by this version (it reads conjunctions of "
-                        "device.driver == \"D\" and device.attributes[\"D\"].NAME == \"V\")")
-    return GpuRule(driver, tuple(sorted(attributes)))
+    """The rule a class's selectors amount to, or why they cannot be used."""
+    try:
+        return GpuRule(tuple(compile_selector(expression) for expression in device_class.selectors))
+    except SelectorError as error:
+        return str(error)
 
 
 def gpu_selection(classes: Iterable[DeviceClass]) -> GpuSelection:
-    rules, extended, unsupported = [NVIDIA_RULE], [], {}
+    extended, unsupported = [], {}
     for device_class in sorted(classes, key=lambda c: c.name):
         if device_class.extended_resource_name != GPU_RESOURCE:
             continue
@@ -95,9 +78,8 @@ def gpu_selection(classes: Iterable[DeviceClass]) -> GpuSelection:
         if isinstance(rule, str):
             unsupported[device_class.name] = rule
         else:
-            rules.append(rule)
             extended.append((device_class.name, rule))
-    return GpuSelection(tuple(rules), tuple(extended), unsupported)
+    return GpuSelection(tuple(extended), unsupported)
 
 
 @dataclass(frozen=True)
@@ -155,15 +137,16 @@ def node_dra(slices: Iterable[ResourceSlice], selection: GpuSelection, topology:
         newest[(s.driver, s.pool)] = max(newest.get((s.driver, s.pool), 0), s.generation)
     found: dict[tuple[str, str, str], tuple] = {}  # key -> (uuid, pci key)
     extended: dict[tuple[str, str, str], str] = {}  # key -> the class serving it as nvidia.com/gpu
+    failures: dict[str, str] = {}  # class -> its first selector failure on this node
     for s in slices:
         if s.generation != newest[(s.driver, s.pool)]:
             continue
         for device in s.devices:
-            if any(rule.selects(s.driver, device.attributes) for rule in selection.rules):
+            serving = next((name for name, rule in selection.extended_rules
+                            if _selects(name, rule, s.driver, device, failures)), "")
+            if serving or NVIDIA_RULE.selects(s.driver, device):
                 found[(s.driver, s.pool, device.name)] = (device.attributes.get("uuid"),
                                                           pci_key(device.attributes.get(PCI_BUS_ID_ATTRIBUTE)))
-                serving = next((name for name, rule in selection.extended_rules
-                                if rule.selects(s.driver, device.attributes)), "")
                 if serving:
                     extended[(s.driver, s.pool, device.name)] = serving
     if not found:
@@ -171,7 +154,18 @@ def node_dra(slices: Iterable[ResourceSlice], selection: GpuSelection, topology:
     keys = sorted(found, key=lambda k: (k[0], k[1], _minor_order(k[2])))
     mapped, problems = _map(keys, found, topology)
     gpus = tuple(DraGpu(*key, *mapped.get(key, (None, "")), extended.get(key, "")) for key in keys)
-    return NodeDra(gpus, tuple(problems))
+    return NodeDra(gpus, tuple(f"DeviceClass {name}: {why}" for name, why in sorted(failures.items()))
+                   + tuple(problems))
+
+
+def _selects(name: str, rule: GpuRule, driver: str, device: Device, failures: dict[str, str]) -> bool:
+    """A selector failing on a device does not select it (as Kubernetes
+    cannot allocate it); the class's first failure is kept to be reported."""
+    try:
+        return rule.selects(driver, device)
+    except SelectorError as error:
+        failures.setdefault(name, str(error))
+        return False
 
 
 def _map(keys: list, identity: Mapping[tuple, tuple], topology: GpuTopology | None) -> tuple[dict, list[str]]:

@@ -36,6 +36,11 @@ MAX_EXPRESSION = 10 * 1024  # CELSelectorExpressionMaxLength
 _DEVICE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 
 
+class Version(str):
+    """A ``version`` attribute (semver text): kept apart from a string so CEL
+    selectors see a semver value."""
+
+
 class DraError(ValueError):
     """An object the inventory cannot use; the message names the field."""
 
@@ -53,7 +58,7 @@ class DeviceClass:
 @dataclass(frozen=True)
 class Device:
     name: str
-    attributes: Mapping[str, str | int | bool]  # the driver's own under both its short and its qualified name
+    attributes: Mapping[str, str | int | bool]  # (a Version is a str) the driver's own under both its short and its qualified name
     capacity: Mapping[str, str]  # quantities, as written
 
 
@@ -161,7 +166,8 @@ def _attribute(raw: Any, where: str) -> str | int | bool:
     if kind == "bool" and isinstance(value, bool):
         return value
     if kind in ("string", "version") and isinstance(value, str):
-        return _text(value, where, MAX_ATTRIBUTE_VALUE)
+        text = _text(value, where, MAX_ATTRIBUTE_VALUE)
+        return Version(text) if kind == "version" else text
     raise DraError(f"{where} has an unknown or mistyped value {clip(str(kind), 40)!r}")
 
 
