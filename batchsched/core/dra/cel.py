@@ -46,7 +46,7 @@ from batchsched.core.text import clip
 MAX_EXPRESSION = 10 * 1024  # resource.k8s.io/v1 CELSelectorExpressionMaxLength
 MAX_BRACKET_DEPTH = 32  # ( [ { open at once
 MAX_TREE_DEPTH = 320  # parse tree levels: celpy evaluates recursively (about 9 levels per CEL operator)
-MAX_COST = 20_000  # parse tree nodes visited by one evaluation, comprehensions multiplied out
+MAX_COST = 2_000  # parse tree nodes one evaluation may visit, comprehensions multiplied out (~60 ms in celpy)
 RANGE_GUESS = 32  # entries of a map or list that is not a literal: a device has at most 32 attributes
 MAX_STRING = 10 * 1024  # a string a function builds (replace can grow one)
 CACHE_SIZE = 1024  # compiled expressions kept
@@ -277,7 +277,9 @@ def _kind(value: Any) -> Any:
 def _equal(a: Any, b: Any) -> Any:
     """CEL's heterogeneous equality, as Kubernetes has it: values of
     different types are unequal (celpy says 1 == true, or fails on 1 == "1");
-    numbers compare by value."""
+    numbers compare by value. An error stays an error."""
+    if isinstance(a, CELEvalError) or isinstance(b, CELEvalError):
+        return a if isinstance(a, CELEvalError) else b
     if _kind(a) is not _kind(b):
         return celtypes.BoolType(False)
     if type(a) is not type(b):  # numbers of two types
@@ -286,8 +288,15 @@ def _equal(a: Any, b: Any) -> Any:
     return bool_eq(a, b)
 
 
+def _logic(operator: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+    """``&&``/``||`` with two errors give the first one (celpy reports "no matching overload")."""
+    return lambda a, b: a if isinstance(a, CELEvalError) and isinstance(b, CELEvalError) else operator(a, b)
+
+
 _FUNCTIONS["_==_"] = _equal
 _FUNCTIONS["_!=_"] = lambda a, b: celtypes.logical_not(_equal(a, b))
+_FUNCTIONS["_&&_"] = _logic(celtypes.logical_and)
+_FUNCTIONS["_||_"] = _logic(celtypes.logical_or)
 _LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 _UPPER = str.maketrans("abcdefghijklmnopqrstuvwxyz", "ABCDEFGHIJKLMNOPQRSTUVWXYZ")
 _ENVIRONMENT = celpy.Environment()  # note: celpy raises sys.setrecursionlimit to 2500 here
