@@ -19,6 +19,9 @@ skip what does not fit without blocking the rest, as kube-scheduler's queue
 does; none backs off, reserves or preempts.  They honour the same static
 predicates as batchsched (``batchsched.core.placement.fit``: taints, node
 selectors, required node affinity) and count every resource a pod requests.
+Where DRA serves a node's GPUs, a pod bound there gets the claim
+kube-scheduler's DRA plugin would write, allocating the devices of its GPU
+ids.
 """
 from __future__ import annotations
 
@@ -28,6 +31,7 @@ from typing import Callable, Sequence
 from batchsched.api import constants
 from batchsched.core import resources as res
 from batchsched.core.cycle import Binding, CyclePlan
+from batchsched.core.dra.extended import extended_claim
 from batchsched.core.gangs import Gang, GangIndex
 from batchsched.core.model import PodInfo
 from batchsched.core.placement.capacity import shape_key
@@ -65,14 +69,14 @@ class CountOnlyScheduler:
                 placed = self._place(gang.pending, trial)
                 if len(placed) >= gang.need:
                     trial.commit()
-                    plan.bindings.extend(_binding(gang, *p) for p in placed)
+                    plan.bindings.extend(_binding(cluster, gang, *p) for p in placed)
                 else:
                     trial.discard()
             else:
                 for pod in gang.pending:
                     placed = self._place([pod], trial)
                     trial.commit()
-                    plan.bindings.extend(_binding(gang, *p) for p in placed)
+                    plan.bindings.extend(_binding(cluster, gang, *p) for p in placed)
         return plan
 
     def _place(self, pods: Sequence[PodInfo], trial: _Trial) -> list[tuple[PodInfo, str, tuple[int, ...]]]:
@@ -108,8 +112,12 @@ class CountOnlyScheduler:
         return tuple(sorted(self.rng.sample(ids, k))) if self.random_ids else ids[:k]
 
 
-def _binding(gang: Gang, pod: PodInfo, node: str, gpu_ids: tuple[int, ...]) -> Binding:
-    return Binding(pod.uid, pod.namespace, pod.name, node, gang.key, gpu_ids)
+def _binding(cluster: SimCluster, gang: Gang, pod: PodInfo, node: str, gpu_ids: tuple[int, ...]) -> Binding:
+    """The binding, with the pod's claim where DRA serves the node's GPUs."""
+    info, claim = cluster.nodes[node], None
+    if info.gpus_by_dra and pod.requests.get(constants.GPU_RESOURCE, 0):
+        claim = extended_claim(info, pod, gpu_ids, cluster.state.dra.classes)
+    return Binding(pod.uid, pod.namespace, pod.name, node, gang.key, gpu_ids, claim)
 
 
 class _Trial:

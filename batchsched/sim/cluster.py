@@ -1,7 +1,9 @@
 """Simulated nodes: a cluster file (YAML or CSV, docs/simulator.md) to the
 core's ``NodeInfo``, made from Node objects as the API server sends them, so
 the decision core reads allocatable, labels and the GPU topology annotation
-exactly as in a cluster."""
+exactly as in a cluster.  Nodes whose GPUs NVIDIA's DRA driver serves
+(``gpuSource: dra``) get its DeviceClass and a ResourceSlice each instead of
+device-plugin allocatable, made from the same JSON (batchsched/sim/dra.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -12,16 +14,21 @@ from typing import Mapping
 import yaml
 
 from batchsched.api import constants
+from batchsched.core.dra.model import (
+    MAX_DEVICES_PER_SLICE, DeviceClass, ResourceSlice, class_from_json, slice_from_json,
+)
 from batchsched.core.model import NodeInfo, node_from_json
 from batchsched.core.topology.annotation import from_annotation, from_document, to_annotation
 from batchsched.core.topology.model import GpuTopology, TopologyError
 from batchsched.core.topology.parse import parse_topo
+from batchsched.sim import dra
 from batchsched.sim.files import InputError, Record, read_csv, read_yaml
 
 DEFAULTS = Path(__file__).parent / "defaults"  # the embedded scenario, shipped as package data
 NO_TOPOLOGY = "none"
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
-_FIELDS = {"name", "count", "gpus", "cpu", "memory", "pods", "topology", "labels"}
+DEVICE_PLUGIN, DRA = "device-plugin", "dra"  # gpuSource: who serves the node's nvidia.com/gpu
+_FIELDS = {"name", "count", "gpus", "cpu", "memory", "pods", "topology", "labels", "gpuSource"}
 
 
 @dataclass(frozen=True)
@@ -37,24 +44,51 @@ class NodeGroup:
     topology: GpuTopology | None = None
     topology_name: str = NO_TOPOLOGY  # what the file said, for the summary
     labels: Mapping[str, str] = field(default_factory=dict)
+    gpu_source: str = DEVICE_PLUGIN  # DRA: NVIDIA's DRA driver publishes the GPUs
+
+    @property
+    def by_dra(self) -> bool:
+        return self.gpu_source == DRA and self.gpus > 0
 
     def node_names(self) -> list[str]:
         return [self.name] if self.count == 1 else [f"{self.name}-{i}" for i in range(self.count)]
 
+    def node_topology(self, name: str) -> GpuTopology | None:
+        """The node's topology annotation; on a DRA node with the GPUs'
+        uuids and bus ids, which its slice publishes too."""
+        if self.topology is None or not self.by_dra:
+            return self.topology
+        return dra.identified(self.topology, name)
+
     def node_objects(self) -> list[dict]:
         """The Node objects, as the API server would send them."""
-        annotations = {}
-        if self.topology is not None:
-            annotations[constants.GPU_TOPOLOGY_ANNOTATION] = to_annotation(self.topology)
         allocatable = {"cpu": self.cpu, "memory": self.memory, "pods": str(self.pods)}
-        if self.gpus:
+        if self.gpus and not self.by_dra:  # no device plugin on a DRA node: its GPUs are in its slice
             allocatable[constants.GPU_RESOURCE] = str(self.gpus)
         labels = {INSTANCE_TYPE_LABEL: self.topology_name if self.topology else self.name, **self.labels}
-        return [{"metadata": {"name": name, "labels": {**labels, "kubernetes.io/hostname": name},
-                              "annotations": annotations},
-                 "status": {"capacity": allocatable, "allocatable": allocatable,
-                            "conditions": [{"type": "Ready", "status": "True"}]}}
-                for name in self.node_names()]
+        objects = []
+        for name in self.node_names():
+            topology = self.node_topology(name)
+            annotations = {constants.GPU_TOPOLOGY_ANNOTATION: to_annotation(topology)} if topology else {}
+            objects.append({"metadata": {"name": name, "labels": {**labels, "kubernetes.io/hostname": name},
+                                         "annotations": annotations},
+                            "status": {"capacity": allocatable, "allocatable": allocatable,
+                                       "conditions": [{"type": "Ready", "status": "True"}]}})
+        return objects
+
+    def resource_slices(self) -> list[dict]:
+        """On DRA nodes, each node's ResourceSlice, as NVIDIA's driver publishes it."""
+        if not self.by_dra:
+            return []
+        return [dra.node_slice(name, self.gpus, self.node_topology(name)) for name in self.node_names()]
+
+
+@dataclass(frozen=True)
+class DraObjects:
+    """The DRA objects of a simulated cluster, as the scheduler's cache holds them."""
+
+    classes: tuple[DeviceClass, ...] = ()
+    slices: tuple[ResourceSlice, ...] = ()
 
 
 def build_nodes(groups: list[NodeGroup]) -> dict[str, NodeInfo]:
@@ -66,6 +100,12 @@ def build_nodes(groups: list[NodeGroup]) -> dict[str, NodeInfo]:
                 raise InputError(f"node {node.name} is defined twice")
             nodes[node.name] = node
     return nodes
+
+
+def build_dra(groups: list[NodeGroup]) -> DraObjects:
+    """NVIDIA's DeviceClass and the slices of the DRA nodes (none without any)."""
+    slices = tuple(slice_from_json(obj) for group in groups for obj in group.resource_slices())
+    return DraObjects((class_from_json(dra.device_class()),), slices) if slices else DraObjects()
 
 
 @lru_cache(maxsize=None)
@@ -117,20 +157,26 @@ def _node_group(record: Record, base: Path) -> NodeGroup:
         raise record.error("topology", str(exc)) from None
     if topology is not None and len(topology) != gpus:
         raise record.error("topology", f"{topology_name} has {len(topology)} GPUs but gpus is {gpus}")
+    gpu_source = record.choice("gpuSource", (DEVICE_PLUGIN, DRA), DEVICE_PLUGIN)
+    if gpu_source == DRA and gpus > MAX_DEVICES_PER_SLICE:
+        raise record.error("gpus", f"a DRA node's slice holds at most {MAX_DEVICES_PER_SLICE} devices, got {gpus}")
     return NodeGroup(
         name=record.text("name"), gpus=gpus, cpu=record.quantity("cpu", "cpu", "64"),
         memory=record.quantity("memory", "memory", "512Gi"), count=record.integer("count", 1, minimum=1),
         pods=record.integer("pods", 110, minimum=1), topology=topology,
-        topology_name=topology_name if topology is not None else NO_TOPOLOGY, labels=record.labels("labels"))
+        topology_name=topology_name if topology is not None else NO_TOPOLOGY, labels=record.labels("labels"),
+        gpu_source=gpu_source)
 
 
 def describe_cluster(groups: list[NodeGroup]) -> str:
-    """``48 nodes, 384 GPUs: 12 dgx1-v100, ...``"""
+    """``48 nodes, 384 GPUs: 12 dgx1-v100, ...`` (and ``, 128 through DRA`` when some are)"""
     kinds: dict[str, int] = {}
     for g in groups:
         kind = g.topology_name if g.topology is not None else f"{g.gpus}-GPU, no topology"
         kinds[kind] = kinds.get(kind, 0) + g.count
     nodes = sum(g.count for g in groups)
     gpus = sum(g.count * g.gpus for g in groups)
-    return f"{nodes} nodes, {gpus} GPUs: " + ", ".join(f"{n} {k}" for k, n in kinds.items())
+    by_dra = sum(g.count * g.gpus for g in groups if g.by_dra)
+    through_dra = f", {by_dra} through DRA" if by_dra else ""
+    return f"{nodes} nodes, {gpus} GPUs{through_dra}: " + ", ".join(f"{n} {k}" for k, n in kinds.items())
 

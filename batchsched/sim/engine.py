@@ -5,7 +5,10 @@ deciding every cycle.
 objects for nodes, pods and PodGroups, plus the gangs touched and whether
 capacity was freed since the last cycle -- but the simulator changes it
 instead of an API server.  Bindings, evictions and nominations take effect
-at once (the shell assumes them in its cache too).
+at once (the shell assumes them in its cache too).  On nodes where DRA serves
+``nvidia.com/gpu``, a binding comes with its extended-resource claim, which
+is put allocated and reserved for the pod, as the shell writes it before
+binding; it goes with the pod, as kube-controller-manager deletes it.
 
 ``simulate`` runs a scenario under one policy:
 
@@ -37,13 +40,16 @@ from typing import Iterable, Protocol
 from batchsched.api import constants
 from batchsched.core import resources as res
 from batchsched.core.cycle import CyclePlan
+from batchsched.core.dra.extended import ExtendedClaim
+from batchsched.core.dra.model import ResourceClaim
 from batchsched.core.gpu_pools import stranded_gpus
 from batchsched.core.model import GroupSpec, NodeInfo, PodInfo, group_from_json, pod_from_json
 from batchsched.core.resources import Resources
 from batchsched.core.cluster import ClusterState
 from batchsched.core.snapshot import Snapshot
-from batchsched.core.topology.accounting import gpu_id_count
+from batchsched.core.topology.accounting import dra_gpus_by_id, gpu_id_count
 from batchsched.core.topology.choose import mask_of
+from batchsched.sim.cluster import DraObjects
 from batchsched.sim.metrics import Recorder, SimResult
 from batchsched.sim.workload import Job, pod_group_object, pod_object, to_unix
 
@@ -55,22 +61,32 @@ class SimulationError(RuntimeError):
 class SimCluster:
     """Nodes, pods and PodGroups in memory, with per-node accounting."""
 
-    def __init__(self, nodes: dict[str, NodeInfo], scheduler_name: str = constants.DEFAULT_SCHEDULER_NAME):
+    def __init__(self, nodes: dict[str, NodeInfo], scheduler_name: str = constants.DEFAULT_SCHEDULER_NAME,
+                 dra: DraObjects = DraObjects()):
         self.state = ClusterState(scheduler_name, nodes.values())
-        self.nodes = self.state.nodes  # read-only views of the state
+        for device_class in dra.classes:
+            self.state.put_device_class(device_class)
+        for resource_slice in dra.slices:
+            self.state.put_resource_slice(resource_slice)
+        self.nodes = self.state.nodes  # read-only views of the state (nodes joined with their DRA GPUs)
         self.pods = self.state.pods
         self.scheduler_name = scheduler_name
         self.groups: dict[str, GroupSpec] = {}
         self.pending: set[str] = set()  # uids of unbound pods
         self.touched: set[str] = set()  # gangs changed since the last cycle
         self.capacity_freed = False
-        self.free: dict[str, Resources] = {name: dict(node.allocatable) for name, node in nodes.items()}
+        self.free: dict[str, Resources] = {name: dict(node.allocatable) for name, node in self.nodes.items()}
         # the GPU ids no pod holds, as a bit mask, for nodes whose GPUs have ids
         self.free_ids: dict[str, int] = {name: (1 << gpu_id_count(node)) - 1
-                                         for name, node in nodes.items() if gpu_id_count(node)}
-        self.total_gpus = sum(n.allocatable.get(constants.GPU_RESOURCE, 0) for n in nodes.values())
+                                         for name, node in self.nodes.items() if gpu_id_count(node)}
+        self.total_gpus = sum(n.allocatable.get(constants.GPU_RESOURCE, 0) for n in self.nodes.values())
+        self.dra_gpus = sum(n.allocatable.get(constants.GPU_RESOURCE, 0) for n in self.nodes.values()
+                            if n.gpus_by_dra)
         self.allocated_gpus = 0
-        self.stranded = sum(stranded_gpus(n, n.allocatable.get(constants.GPU_RESOURCE, 0)) for n in nodes.values())
+        self.stranded = sum(stranded_gpus(n, n.allocatable.get(constants.GPU_RESOURCE, 0))
+                            for n in self.nodes.values())
+        self.claims: dict[str, ResourceClaim] = {}  # pod uid -> its extended-resource claim
+        self.pods_with_claims = 0  # bindings that came with a claim
 
     # ---- what the cache would see --------------------------------------------
 
@@ -104,9 +120,11 @@ class SimCluster:
         self.touched.add(pod.gang_key)
         return pod
 
-    def bind(self, uid: str, node_name: str, gpu_ids: Iterable[int], now: float) -> PodInfo:
-        """Bind a pending pod; refuses what does not fit, so a policy that
-        hands out room or GPU ids twice is caught."""
+    def bind(self, uid: str, node_name: str, gpu_ids: Iterable[int], now: float,
+             claim: ExtendedClaim | None = None) -> PodInfo:
+        """Bind a pending pod, with its extended-resource claim where DRA
+        serves its GPUs; refuses what does not fit, so a policy that hands
+        out room, GPU ids or devices twice is caught."""
         pod = self.pods.get(uid)
         if pod is None or pod.node_name or uid not in self.pending:
             raise SimulationError(f"pod {uid} is not pending and cannot be bound")
@@ -117,13 +135,46 @@ class SimCluster:
         if node_name in self.free_ids and (ids & ~self.free_ids[node_name] or ids.bit_count() != gpus):
             raise SimulationError(f"pod {pod.key} asks {gpus} GPU(s) on {node_name} but got ids "
                                   f"{sorted(gpu_ids)}, not all of them free")
+        self._check_claim(pod, node_name, gpu_ids, claim)
         self._take(node_name, pod.requests, ids, sign=1)
         pod = dataclasses.replace(pod, node_name=node_name, gpu_ids=tuple(sorted(gpu_ids)),
                                   phase="Running", started=to_unix(now), bound_by_scheduler=True)
         self.state.put_pod(pod)
+        if claim is not None:
+            self._put_claim(pod, claim)
         self.pending.discard(uid)
         self.touched.add(pod.gang_key)
         return pod
+
+    def _check_claim(self, pod: PodInfo, node_name: str, gpu_ids: Iterable[int], claim: ExtendedClaim | None) -> None:
+        """Where DRA serves the pod's GPUs, its claim must allocate exactly
+        the devices of its GPU ids, none of them in use."""
+        node = self.nodes[node_name]
+        if not (node.gpus_by_dra and pod.requests.get(constants.GPU_RESOURCE, 0)):
+            if claim is not None:
+                raise SimulationError(f"pod {pod.key} got a DRA claim on {node_name}, where DRA serves no GPU")
+            return
+        if claim is None or claim.node != node_name:
+            raise SimulationError(f"pod {pod.key} is bound on {node_name}, where DRA serves its GPUs, "
+                                  "without its claim")
+        by_id = dra_gpus_by_id(node)
+        expected = sorted(by_id[i].key for i in gpu_ids if i in by_id)
+        got = sorted(d.key for d in claim.devices)
+        if got != expected:
+            raise SimulationError(f"pod {pod.key}'s claim allocates {[k[2] for k in got]}, not the devices of "
+                                  f"its GPU ids {sorted(gpu_ids)}")
+        held = [k[2] for k in got if self.state.dra.in_use(k)]
+        if held:
+            raise SimulationError(f"pod {pod.key}'s claim allocates {held}, already in another claim")
+
+    def _put_claim(self, pod: PodInfo, claim: ExtendedClaim) -> None:
+        """The claim as the shell writes it: allocated, reserved for the pod, owned by it."""
+        written = ResourceClaim(uid=f"{pod.uid}-claim", namespace=pod.namespace,
+                                name=f"{pod.name}-extended-resources", allocated=claim.devices,
+                                reserved_for=(pod.uid,), owner_pod=pod.uid, extended=True)
+        self.claims[pod.uid] = written
+        self.state.put_claim(written)
+        self.pods_with_claims += 1
 
     def terminate(self, uid: str) -> PodInfo:
         """The pod is being deleted (evicted): it holds its room until it is gone."""
@@ -138,6 +189,9 @@ class SimCluster:
         if pod is None:
             raise KeyError(uid)
         self.pending.discard(uid)
+        claim = self.claims.pop(uid, None)
+        if claim is not None:  # its owner gone, the garbage collector deletes it
+            self.state.remove_claim(claim.uid)
         if pod.holds_resources:
             self._take(pod.node_name, pod.requests, mask_of(pod.gpu_ids), sign=-1)
             self.capacity_freed = True
@@ -211,8 +265,9 @@ class _Event:
 
 class Simulation:
     def __init__(self, nodes: dict[str, NodeInfo], jobs: list[Job], policy: Policy,
-                 options: SimOptions = SimOptions(), scheduler_name: str = constants.DEFAULT_SCHEDULER_NAME):
-        self.cluster = SimCluster(nodes, scheduler_name)
+                 options: SimOptions = SimOptions(), scheduler_name: str = constants.DEFAULT_SCHEDULER_NAME,
+                 dra: DraObjects = DraObjects()):
+        self.cluster = SimCluster(nodes, scheduler_name, dra)
         self.policy = policy
         self.options = options
         self.runs = {job.key: _JobRun(job, [], [], job.duration) for job in jobs}
@@ -371,7 +426,8 @@ class Simulation:
 
     def _apply(self, plan: CyclePlan) -> None:
         for binding in plan.bindings:
-            self._bound(self.cluster.bind(binding.pod_uid, binding.node_name, binding.gpu_ids, self.now))
+            self._bound(self.cluster.bind(binding.pod_uid, binding.node_name, binding.gpu_ids, self.now,
+                                          binding.claim))
         for nomination in plan.nominations:
             self.cluster.nominate(nomination.pod.uid, nomination.node_name)
         evicted = [e.pod for e in plan.evictions] + [p for reset in plan.resets for p in reset.pods]
@@ -385,5 +441,5 @@ class Simulation:
 
 
 def simulate(nodes: dict[str, NodeInfo], jobs: list[Job], policy: Policy, options: SimOptions = SimOptions(),
-             scheduler_name: str = constants.DEFAULT_SCHEDULER_NAME) -> SimResult:
-    return Simulation(nodes, jobs, policy, options, scheduler_name).run()
+             scheduler_name: str = constants.DEFAULT_SCHEDULER_NAME, dra: DraObjects = DraObjects()) -> SimResult:
+    return Simulation(nodes, jobs, policy, options, scheduler_name, dra).run()

@@ -13,6 +13,8 @@
   known topology a pod does not count as aligned;
 * **unscheduled**: pods pending just after the last arrival's cycle, and
   pods never placed by the end of the run;
+* **DRA claims**: pods bound with an extended-resource claim, on nodes
+  where DRA serves ``nvidia.com/gpu`` (a pod bound again counts again);
 * **idled by reservations**: GPU-hours, over the whole run, of GPUs left
   free on the nodes of the anti-starvation reservation (docs/queueing.md)
   while another gang waited with a pod asking no more GPUs than one of
@@ -66,6 +68,8 @@ class SimResult:
     evicted_pods: int = 0
     preempted_jobs: int = 0
     reserved_idle_gpu_hours: float = 0.0
+    dra_gpus: int = 0  # of ``gpus``, those DRA serves
+    pods_with_claims: int = 0
     cycle_seconds: list[float] = field(default_factory=list)
     series: list[tuple[float, int, int, int]] = field(default_factory=list)  # (t, allocated, busy, stranded)
     node_names: list[str] = field(default_factory=list)
@@ -100,7 +104,7 @@ class Recorder:
     def __init__(self, cluster: SimCluster, jobs: Sequence[Job], policy: str):
         self.cluster = cluster
         arrivals = [j.arrival for j in jobs]
-        self.result_ = SimResult(policy=policy, gpus=cluster.total_gpus, jobs=len(jobs),
+        self.result_ = SimResult(policy=policy, gpus=cluster.total_gpus, dra_gpus=cluster.dra_gpus, jobs=len(jobs),
                                  pods=sum(j.pods for j in jobs),
                                  window=(min(arrivals, default=0.0), max(arrivals, default=0.0)), end=0.0,
                                  node_names=sorted(cluster.nodes))
@@ -174,6 +178,7 @@ class Recorder:
         r = self.result_
         r.end = end
         r.pods_never_placed = len(self.cluster.pending)
+        r.pods_with_claims = self.cluster.pods_with_claims
         r.preempted_jobs = len(self._preempted)
         start, stop = r.window if r.window[1] > r.window[0] else (r.window[0], end)
         r.allocated_mean = window_mean(r.series, 1, start, stop)

@@ -47,13 +47,16 @@ ROWS: list[tuple[str, Callable[[SimResult], str]]] = [
     ("preempted pods (jobs)", lambda r: f"{r.evicted_pods} ({r.preempted_jobs})"),
     ("cycles, p99 cycle time", _cycles),
 ]
+# shown only where some GPUs are served through DRA
+DRA_ROW = ("pods bound with DRA claims", lambda r: str(r.pods_with_claims))
 
 
 def summary(results: list[SimResult]) -> str:
     """A table: one row per figure, one column per policy; waits also per
     job priority when there are several."""
     header = [""] + [r.policy for r in results]
-    rows = [header] + [[label] + [cell(r) for r in results] for label, cell in ROWS]
+    shown = ROWS + [DRA_ROW] if any(r.dra_gpus for r in results) else ROWS
+    rows = [header] + [[label] + [cell(r) for r in results] for label, cell in shown]
     priorities = sorted({p for r in results for p in r.waits_by_priority}, reverse=True)
     if len(priorities) > 1:
         at = next(k for k, row in enumerate(rows) if row[0].startswith("wait")) + 1

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from batchsched.config import SchedulerConfig, load_config
 from batchsched.sim import baselines, traces
-from batchsched.sim.cluster import DEFAULTS, NodeGroup, build_nodes, describe_cluster, load_cluster
+from batchsched.sim.cluster import DEFAULTS, NodeGroup, build_dra, build_nodes, describe_cluster, load_cluster
 from batchsched.sim.engine import Policy, SimOptions, simulate
 from batchsched.sim.files import InputError
 from batchsched.sim.metrics import SimResult
@@ -99,7 +99,7 @@ def run_scenario(scenario: Scenario, policies: list[str] = list(POLICIES), seed:
     if unknown or not policies:
         raise InputError(f"unknown policy {unknown[0]!r} (known: {', '.join(POLICIES)})" if unknown
                          else f"no policy given (known: {', '.join(POLICIES)})")
-    nodes = build_nodes(scenario.cluster)
+    nodes, dra = build_nodes(scenario.cluster), build_dra(scenario.cluster)
     options = SimOptions(occupancy_samples=OCCUPANCY_SAMPLES if plot else 0)
     return [simulate(nodes, scenario.jobs, policy_for(name, scenario.config, seed), options,
-                     scenario.config.scheduler_name) for name in policies]
+                     scenario.config.scheduler_name, dra) for name in policies]

@@ -1,5 +1,6 @@
 """DRA objects as NVIDIA's driver (gpu.nvidia.com) publishes them, built
-from a topology capture: the DeviceClass its chart ships, one ResourceSlice
+from a topology capture with the builders the simulator uses
+(batchsched/sim/dra.py): the DeviceClass its chart ships, one ResourceSlice
 per node (one pool per node, named after it), and claims allocated "by
 someone else" (tests write status.allocation as kube-scheduler would).
 
@@ -11,66 +12,31 @@ not agree on a real node, so mapping by name or order would be wrong.
 """
 from __future__ import annotations
 
-import dataclasses
-import uuid
 from typing import Any, Iterable
 
 from batchsched.core.topology.model import GpuTopology
-
-DRIVER = "gpu.nvidia.com"
-GPU_CLASS = "gpu.nvidia.com"
-API_VERSION = "resource.k8s.io/v1"
-# NVIDIA's chart (deployments/helm/.../deviceclass-gpu.yaml)
-GPU_CLASS_SELECTOR = "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'gpu'"
-
-
-def gpu_uuid(node: str, index: int) -> str:
-    return f"GPU-{uuid.uuid5(uuid.NAMESPACE_DNS, f'{node}.gpu{index}')}"
-
-
-def bus(index: int) -> int:
-    return 0x07 + 0x10 * index
-
-
-def identified(topology: GpuTopology, node: str) -> GpuTopology:
-    """The topology with each GPU's uuid and bus id (nvidia-smi's format)."""
-    gpus = tuple(dataclasses.replace(g, uuid=gpu_uuid(node, g.index), pci_bus_id=f"00000000:{bus(g.index):02X}:00.0")
-                 for g in topology.gpus)
-    return dataclasses.replace(topology, gpus=gpus)
+from batchsched.sim import dra as nvidia
+from batchsched.sim.dra import (  # noqa: F401 - the tests' names for them
+    API_VERSION, DRIVER, GPU_CLASS, GPU_CLASS_SELECTOR, bus, device_class, gpu_uuid, identified,
+)
 
 
 def minor(topology: GpuTopology, index: int) -> int:
     return len(topology) - 1 - index
 
 
-def device_class(selectors: Iterable[str] = (GPU_CLASS_SELECTOR,), name: str = GPU_CLASS) -> dict:
-    return {"apiVersion": API_VERSION, "kind": "DeviceClass", "metadata": {"name": name},
-            "spec": {"selectors": [{"cel": {"expression": e}} for e in selectors],
-                     "extendedResourceName": "nvidia.com/gpu"}}
-
-
 def gpu_device(topology: GpuTopology, node: str, index: int, *, with_uuid: bool = True, with_pci: bool = True,
                product: str = "Tesla V100-SXM2-16GB", memory: str = "16Gi") -> dict:
-    gpu = topology.gpus[index]
-    attributes: dict[str, Any] = {"type": {"string": "gpu"}, "productName": {"string": product},
-                                  "resource.kubernetes.io/pcieRoot": {"string": f"pci0000:{bus(index) & 0xf0:02x}"}}
-    if with_uuid:
-        attributes["uuid"] = {"string": gpu_uuid(node, index)}
-    if with_pci:
-        attributes["resource.kubernetes.io/pciBusID"] = {"string": f"0000:{bus(index):02x}:00.0"}
-    if gpu.numa is not None:
-        attributes["resource.kubernetes.io/numaNode"] = {"int": gpu.numa}
-    return {"name": f"gpu-{minor(topology, index)}", "attributes": attributes,
-            "capacity": {"memory": {"value": memory}}}
+    return nvidia.gpu_device(minor(topology, index), uuid=gpu_uuid(node, index) if with_uuid else "",
+                             pci_bus_id=f"0000:{bus(index):02x}:00.0" if with_pci else "",
+                             pcie_root=f"pci0000:{bus(index) & 0xf0:02x}", numa=topology.gpus[index].numa,
+                             product=product, memory=memory)
 
 
 def resource_slice(node: str, topology: GpuTopology, indices: Iterable[int] | None = None, **device: Any) -> dict:
     """The node's one slice: the GPUs ``indices`` (default all) of ``topology``."""
     chosen = range(len(topology)) if indices is None else indices
-    return {"apiVersion": API_VERSION, "kind": "ResourceSlice", "metadata": {"name": f"{node}-{DRIVER}"},
-            "spec": {"driver": DRIVER, "nodeName": node,
-                     "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
-                     "devices": [gpu_device(topology, node, i, **device) for i in chosen]}}
+    return nvidia.resource_slice(node, [gpu_device(topology, node, i, **device) for i in chosen])
 
 
 def claim(name: str, count: int) -> dict:
