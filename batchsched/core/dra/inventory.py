@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Iterable, Mapping
 
 from batchsched.api.constants import GPU_RESOURCE
-from batchsched.core.dra.model import PCI_BUS_ID_ATTRIBUTE, DeviceClass, ResourceSlice
+from batchsched.core.dra.model import PCI_BUS_ID_ATTRIBUTE, Device, DeviceClass, ResourceSlice
 from batchsched.core.text import clip
 from batchsched.core.topology.model import GpuTopology
 
@@ -110,6 +110,7 @@ class DraGpu:
     # The DeviceClass with extendedResourceName nvidia.com/gpu that selects it
     # (the first by name when several do); "" when none does.
     extended_class: str = ""
+    source: Device | None = None  # as its slice publishes it: what claims' selectors read
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -155,6 +156,7 @@ def node_dra(slices: Iterable[ResourceSlice], selection: GpuSelection, topology:
         newest[(s.driver, s.pool)] = max(newest.get((s.driver, s.pool), 0), s.generation)
     found: dict[tuple[str, str, str], tuple] = {}  # key -> (uuid, pci key)
     extended: dict[tuple[str, str, str], str] = {}  # key -> the class serving it as nvidia.com/gpu
+    sources: dict[tuple[str, str, str], Device] = {}
     for s in slices:
         if s.generation != newest[(s.driver, s.pool)]:
             continue
@@ -162,6 +164,7 @@ def node_dra(slices: Iterable[ResourceSlice], selection: GpuSelection, topology:
             if any(rule.selects(s.driver, device.attributes) for rule in selection.rules):
                 found[(s.driver, s.pool, device.name)] = (device.attributes.get("uuid"),
                                                           pci_key(device.attributes.get(PCI_BUS_ID_ATTRIBUTE)))
+                sources[(s.driver, s.pool, device.name)] = device
                 serving = next((name for name, rule in selection.extended_rules
                                 if rule.selects(s.driver, device.attributes)), "")
                 if serving:
@@ -170,7 +173,7 @@ def node_dra(slices: Iterable[ResourceSlice], selection: GpuSelection, topology:
         return None
     keys = sorted(found, key=lambda k: (k[0], k[1], _minor_order(k[2])))
     mapped, problems = _map(keys, found, topology)
-    gpus = tuple(DraGpu(*key, *mapped.get(key, (None, "")), extended.get(key, "")) for key in keys)
+    gpus = tuple(DraGpu(*key, *mapped.get(key, (None, "")), extended.get(key, ""), sources[key]) for key in keys)
     return NodeDra(gpus, tuple(problems))
 
 
