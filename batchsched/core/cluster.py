@@ -32,10 +32,12 @@ from dataclasses import replace
 from typing import Any, Collection, Iterable, Iterator, Mapping
 
 from batchsched.api.constants import GPU_RESOURCE
+from batchsched.core.dra import claims
 from batchsched.core.dra.model import AllocatedDevice, DeviceClass, ResourceClaim, ResourceSlice
 from batchsched.core.dra.state import DraState
 from batchsched.core.model import NodeInfo, PodInfo, annotated_topology, with_dra
 from batchsched.core.resources import Resources
+from batchsched.core.text import clip
 from batchsched.core.topology.accounting import GpuRoom, dra_gpus_by_id, room_of
 from batchsched.core.topology.choose import mask_of
 
@@ -62,6 +64,8 @@ class ClusterState:
         self._holding: dict[str, int] = {}  # gang key -> our pods in it holding room on a node
         self._terminating: set[str] = set()  # uids: bound, holding room, terminating
         self._nominated: set[str] = set()  # uids: ours, pending, nominated to a node
+        self._claiming: dict[str, PodInfo] = {}  # uid -> a pod with ResourceClaims, as put (before the join)
+        self._claim_pods: dict[str, dict[str, None]] = {}  # claim namespace/name -> uids of pods naming it
         for node in nodes:
             self.put_node(node)
         for pod in pods:
@@ -78,6 +82,10 @@ class ClusterState:
             return
         self._given[node.name] = node
         self._join(node.name)
+
+    def given_pod(self, uid: str) -> PodInfo | None:
+        """The pod as last put, before it was joined with its claims."""
+        return self._claiming.get(uid) or self.pods.get(uid)
 
     def given_node(self, name: str) -> NodeInfo | None:
         """The node as last put, before its DRA GPUs were joined."""
@@ -107,6 +115,12 @@ class ClusterState:
             self._derived.pop(name, None)
 
     def put_pod(self, pod: PodInfo) -> None:
+        if pod.claims or pod.uid in self._claiming:
+            self._put_claiming(pod)
+        else:
+            self._store_pod(pod)
+
+    def _store_pod(self, pod: PodInfo) -> None:
         old = self.pods.get(pod.uid)
         if old is pod:
             return
@@ -119,20 +133,89 @@ class ClusterState:
         self._index(pod)
 
     def remove_pod(self, uid: str) -> PodInfo | None:
+        given = self._claiming.pop(uid, None)
+        if given is not None:
+            self._index_claims(given, -1)
         old = self.pods.pop(uid, None)
         if old is not None:
             self._unindex(old)
             del self._seq[uid]
         self._dra_changed(self.dra.forget_allocation(uid))  # what was assumed for it is moot
+        if given is not None:
+            self._rejoin(_claim_keys(given))
         return old
+
+    # ---- pods with ResourceClaims of their own --------------------------------------
+
+    def _put_claiming(self, pod: PodInfo) -> None:
+        """Hold the pod joined with what its claims ask (core/dra/claims.py);
+        the pods sharing a claim with it are joined again: which of them
+        allocates it may have changed."""
+        pod = claims.unjoined(pod)
+        old = self._claiming.get(pod.uid)
+        if old is pod:
+            return
+        if old is not None:
+            self._index_claims(old, -1)
+        if pod.claims:
+            self._claiming[pod.uid] = pod
+            self._index_claims(pod, 1)
+        else:
+            self._claiming.pop(pod.uid, None)
+        self._store_pod(self._joined(pod))
+        self._rejoin((_claim_keys(old) if old is not None else set()) | _claim_keys(pod), but=pod.uid)
+
+    def _index_claims(self, pod: PodInfo, sign: int) -> None:
+        for key in _claim_keys(pod):
+            uids = self._claim_pods.setdefault(key, {})
+            if sign > 0:
+                uids[pod.uid] = None
+            else:
+                uids.pop(pod.uid, None)
+                if not uids:
+                    del self._claim_pods[key]
+
+    def _joined(self, pod: PodInfo) -> PodInfo:
+        if not pod.claims or not pod.awaits_placement:
+            return pod
+        return claims.joined(pod, claims.join_demand(pod, self.dra.claim, self.dra.classes, self._shared_wait))
+
+    def _rejoin(self, keys: Iterable[str] | None = None, but: str = "") -> None:
+        """Join again the pods naming one of ``keys`` (None: every pod with claims)."""
+        uids = (dict.fromkeys(self._claiming) if keys is None else
+                dict.fromkeys(uid for key in keys for uid in self._claim_pods.get(key, ())))
+        for uid in uids:
+            if uid != but:
+                joined = self._joined(self._claiming[uid])
+                if joined != self.pods.get(uid):
+                    self._store_pod(joined)
+
+    def _shared_wait(self, key: str, uid: str) -> str:
+        """Why pod ``uid`` may not allocate the unallocated claim ``key`` now
+        ("" when it may): a pod sharing it is bound (the allocation made for
+        it is still to be seen), or came first and allocates it."""
+        mine = self._seq.get(uid, self._next_seq)
+        for other in self._claim_pods.get(key, ()):
+            pod = self._claiming.get(other)
+            if other == uid or pod is None or pod.terminal:
+                continue
+            if pod.node_name:
+                return (f"waiting for ResourceClaim {clip(key, 200)} to show the allocation made for pod "
+                        f"{pod.name}, which shares it")
+            if pod.awaits_placement and self._seq.get(other, self._next_seq) < mine:
+                return (f"ResourceClaim {clip(key, 200)} is shared with pod {pod.name}, which allocates it; this "
+                        "pod then joins it on that node")
+        return ""
 
     # ---- DRA --------------------------------------------------------------------
 
     def put_device_class(self, device_class: DeviceClass) -> None:
         self._dra_changed(self.dra.put_class(device_class), rejoin=True)
+        self._rejoin()
 
     def remove_device_class(self, name: str) -> None:
         self._dra_changed(self.dra.remove_class(name), rejoin=True)
+        self._rejoin()
 
     def put_resource_slice(self, resource_slice: ResourceSlice) -> None:
         self._dra_changed(self.dra.put_slice(resource_slice), rejoin=True)
@@ -144,10 +227,13 @@ class ClusterState:
         old = self.dra.claims.get(claim.uid)
         touched = set(self.dra.put_claim(claim))
         self._dra_changed(touched | self._nodes_of(old) | self._nodes_of(claim))
+        self._rejoin({claim.key})
 
     def remove_claim(self, uid: str) -> None:
         old = self.dra.claims.get(uid)
         self._dra_changed(set(self.dra.remove_claim(uid)) | self._nodes_of(old))
+        if old is not None:
+            self._rejoin({old.key})
 
     def assume_allocation(self, pod_uid: str, devices: tuple[AllocatedDevice, ...]) -> None:
         """Devices this scheduler is allocating to the pod's claim: in use
@@ -356,3 +442,7 @@ def _count(counts: dict[str, int], key: str, delta: int) -> None:
         counts[key] = count
     else:
         del counts[key]
+
+
+def _claim_keys(pod: PodInfo) -> set[str]:
+    return {f"{pod.namespace}/{c.claim}" for c in pod.claims if c.claim}

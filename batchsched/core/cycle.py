@@ -21,7 +21,10 @@ from batchsched.api.constants import GPU_RESOURCE
 from batchsched.core import resources as res
 from batchsched.core.cluster import ClusterState
 from batchsched.core.config import CoreConfig
+from batchsched.core.dra import claims
+from batchsched.core.dra.claims import ClaimAllocation
 from batchsched.core.dra.extended import ExtendedClaim, extended_claim
+from batchsched.core.dra.model import AllocatedDevice
 from batchsched.core.gangs import Gang, GangIndex, foreign_note, members_selector
 from batchsched.core.model import PodInfo
 from batchsched.core.placement.capacity import CapacityIndex, NodeEntry, cluster_capacity, kept_index
@@ -38,6 +41,8 @@ REASON_SCHEDULED = "Scheduled"
 REASON_UNSCHEDULABLE = "Unschedulable"
 REASON_EXCEEDS_CAPACITY = "ExceedsClusterCapacity"  # could not fit even on empty nodes
 REASON_QUORUM_NOT_REACHED = "QuorumNotReached"
+# Enough members exist, but some wait for their ResourceClaims (made, allocatable).
+REASON_CLAIMS_NOT_READY = "ResourceClaimsNotReady"
 REASON_SCHEDULE_TIMEOUT = "ScheduleTimeout"
 REASON_PARTIAL_TIMEOUT = "PartialGangTimeout"
 REASON_INTERNAL_ERROR = "InternalError"  # trying the gang raised; see its message
@@ -58,6 +63,14 @@ class Binding:
     # Where DRA serves nvidia.com/gpu: the claim to write (allocated and
     # reserved) before binding (shell/claims.py)
     claim: ExtendedClaim | None = None
+    # The pod's own ResourceClaims, allocated or reserved before binding
+    claims: tuple[ClaimAllocation, ...] = ()
+
+    @property
+    def devices(self) -> tuple[AllocatedDevice, ...]:
+        """Every device its claims are given: assumed in use from the decision on."""
+        own = self.claim.devices if self.claim is not None else ()
+        return own + tuple(d for c in self.claims for d in c.devices)
 
 
 @dataclass(frozen=True)
@@ -112,8 +125,10 @@ def schedule_cycle(snapshot: Snapshot, queue: GangQueue, config: CoreConfig = Co
             plan.verdicts[gang.key] = Verdict(False, REASON_PARTIAL_TIMEOUT, (f"{queue.started_over[gang.key]} "
                 f"Waiting for its pods: {_quorum_message(gang, snapshot.scheduler_name)}."))
         elif not gang.eligible:
-            plan.verdicts[gang.key] = Verdict(False, REASON_QUORUM_NOT_REACHED,
-                                             _quorum_message(gang, snapshot.scheduler_name))
+            waits_for_claims = gang.active + len(gang.claims_waiting) >= gang.min_member
+            plan.verdicts[gang.key] = Verdict(False, REASON_CLAIMS_NOT_READY if waits_for_claims
+                                              else REASON_QUORUM_NOT_REACHED,
+                                              _quorum_message(gang, snapshot.scheduler_name))
         else:
             waiting.append(gang)
     queue.sync(waiting, now)
@@ -257,7 +272,9 @@ def _try_gang(snapshot: Snapshot, gangs: GangIndex, key: str, queue: GangQueue, 
     if result.unplaced:
         queue.record_failure(key, now)  # back off retrying the members that did not fit
     plan.bindings.extend(
-        Binding(a.pod.uid, a.pod.namespace, a.pod.name, a.node_name, key, a.gpu_ids, _claim_of(snapshot, a))
+        Binding(a.pod.uid, a.pod.namespace, a.pod.name, a.node_name, key, a.gpu_ids, _claim_of(snapshot, a),
+                claims.allocations(snapshot.nodes[a.node_name], a.pod, a.gpu_ids, snapshot.cluster.dra.claim,
+                                   snapshot.cluster.dra.classes))
         for a in result.assignments)
     plan.verdicts[key] = Verdict(True, REASON_SCHEDULED, _scheduled_message(gang, result))
 
@@ -266,8 +283,9 @@ def _claim_of(snapshot: Snapshot, assignment: Assignment) -> ExtendedClaim | Non
     """The extended-resource claim of a pod given GPUs where DRA serves them
     (raises ExtendedClaimError, its gang's verdict, when it cannot have one)."""
     node = snapshot.nodes[assignment.node_name]
-    if not node.gpus_by_dra or not assignment.pod.requests.get(GPU_RESOURCE, 0):
-        return None
+    demand = assignment.pod.device_demand
+    if not node.gpus_by_dra or not assignment.pod.requests.get(GPU_RESOURCE, 0) or (demand and demand.count):
+        return None  # (a pod whose own claims ask GPUs gets them there)
     return extended_claim(node, assignment.pod, assignment.gpu_ids, snapshot.cluster.dra.classes)
 
 
@@ -400,6 +418,11 @@ def _quorum_message(gang: Gang, scheduler_name: str) -> str:
         message += f" ({members_selector(gang.spec.namespace, gang.spec.name, scheduler_name)})"
     if gang.gated:
         message += f"; {gang.gated} more held by scheduling gates"
+    if gang.claims_waiting:
+        shown = "; ".join(f"pod {name}: {why}" for name, why in gang.claims_waiting[:3])
+        more = len(gang.claims_waiting) - 3
+        message += (f"; {len(gang.claims_waiting)} more wait for their ResourceClaims ({shown}"
+                    + (f"; and {more} more" if more > 0 else "") + ")")
     if gang.foreign:
         message += f"; {foreign_note(gang.foreign, scheduler_name)}"
     return message

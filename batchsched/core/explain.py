@@ -14,12 +14,13 @@ from typing import Any, Mapping
 from batchsched.api import constants
 from batchsched.core import resources as res
 from batchsched.core.cycle import REASON_EXCEEDS_CAPACITY
+from batchsched.core.dra.demand import DeviceDemand
 from batchsched.core.gangs import Gang, GangIndex
 from batchsched.core.model import NodeInfo, TopologyPolicy, device_plugin_gpus
 from batchsched.core.placement.capacity import CapacityIndex
 from batchsched.core.placement.fit import resource_reasons, static_reasons
 from batchsched.core.placement.gang import min_resources_beyond, never_fits
-from batchsched.core.placement.gpus import pick_gpus, static_reason
+from batchsched.core.placement.gpus import in_dra_terms, pick_gpus, static_reason
 from batchsched.core.snapshot import Snapshot
 from batchsched.core.text import clip
 from batchsched.core.topology.accounting import GpuRoom, gpu_rooms
@@ -126,8 +127,8 @@ def explain_gang(snapshot: Snapshot, gang_key: str) -> Report:
     report.data["shapes"] = []
     shapes: dict[tuple, list] = {}
     for pod in gang.pending:
-        shapes.setdefault(tuple(sorted(pod.requests.items())), []).append(pod)
-    for shape, pods in shapes.items():
+        shapes.setdefault((tuple(sorted(pod.requests.items())), pod.device_demand), []).append(pod)
+    for (shape, demand), pods in shapes.items():
         pod = pods[0]
         asks = ", ".join(f"{k}={res.format_amount(k, v)}" for k, v in shape)
         report.add(f"{len(pods)} pending pod(s) like {pod.name} asking {asks}:")
@@ -136,16 +137,18 @@ def explain_gang(snapshot: Snapshot, gang_key: str) -> Report:
         for name in sorted(snapshot.nodes):
             node = snapshot.nodes[name]
             # the order the planner checks in: static predicates, the node's GPU kind, counts, GPU choice
-            reasons = (static_reasons(pod, node) or _static_gpu_reasons(node, pod.requests, gang.spec.topology)
-                       or resource_reasons(pod.requests, free[name])
-                       or _topology_reasons(node, rooms.get(name), pod.requests, gang.spec.topology))
+            reasons = in_dra_terms(node, static_reasons(pod, node)
+                                   or _static_gpu_reasons(node, pod.requests, gang.spec.topology, demand)
+                                   or resource_reasons(pod.requests, free[name])
+                                   or _topology_reasons(node, rooms.get(name), pod.requests, gang.spec.topology,
+                                                        demand), pod.requests)
             if reasons:
                 report.add(f"  {name}: " + "; ".join(reasons))
                 nodes.append({"node": name, "fits": 0, "reasons": reasons})
             else:
                 slots = _how_many(pod.requests, free[name])
                 fitting += slots
-                gpus = pick_gpus(node, rooms.get(name), pod.requests, gang.spec.topology)
+                gpus = pick_gpus(node, rooms.get(name), pod.requests, gang.spec.topology, demand)
                 ids = f", GPUs {','.join(map(str, gpus.gpus))} for the first" if gpus.gpus else ""
                 report.add(f"  {name}: fits ({slots} such pod(s){ids})")
                 nodes.append({"node": name, "fits": slots, "reasons": [], "gpus": list(gpus.gpus)})
@@ -224,17 +227,18 @@ def _node_agent_checklist(snapshot: Snapshot, report: Report) -> None:
         report.add(f"  -> node {n.name}: {n.gpu_agent[1]}: {clip(n.gpu_agent[2], 300)}")
 
 
-def _static_gpu_reasons(node: NodeInfo, request: Mapping[str, int], policy: TopologyPolicy) -> list[str]:
-    why = static_reason(node, request, policy)
+def _static_gpu_reasons(node: NodeInfo, request: Mapping[str, int], policy: TopologyPolicy,
+                        demand: DeviceDemand | None) -> list[str]:
+    why = static_reason(node, request, policy, demand)
     return [why] if why else []
 
 
 def _topology_reasons(node: NodeInfo, room: GpuRoom | None, request: Mapping[str, int],
-                      policy: TopologyPolicy) -> list[str]:
+                      policy: TopologyPolicy, demand: DeviceDemand | None) -> list[str]:
     """The gang's topology policy's verdict on a node whose counts fit."""
-    why = static_reason(node, request, policy)
+    why = static_reason(node, request, policy, demand)
     if not why:
-        pick = pick_gpus(node, room, request, policy)
+        pick = pick_gpus(node, room, request, policy, demand)
         why = pick if isinstance(pick, str) else ""
     return [why] if why else []
 

@@ -50,6 +50,8 @@ class Gang:
     pending: tuple[PodInfo, ...]  # unbound, not terminal, not terminating, not gated
     bound_active: tuple[PodInfo, ...]  # bound, not terminal, not terminating
     gated: int = 0  # unbound members held back by scheduling gates
+    # unbound members whose ResourceClaims cannot be allocated now: (pod name, why)
+    claims_waiting: tuple[tuple[str, str], ...] = ()
     foreign: tuple[PodInfo, ...] = ()  # see foreign_members
     problem: GangProblem | None = None
     implicit: bool = False  # spec is a stand-in, not a PodGroup
@@ -198,6 +200,10 @@ def no_members_message(cluster: ClusterState, namespace: str, group: str, min_me
     return message + "."
 
 
+def _claims_wait(pod: PodInfo) -> str:
+    return pod.device_demand.problem if pod.device_demand is not None else ""
+
+
 def _gang(key: str, members: list[PodInfo], snapshot: Snapshot, foreign: tuple[PodInfo, ...]) -> Gang:
     members.sort(key=lambda p: (p.created, p.name, p.uid))
     first = members[0]
@@ -219,9 +225,10 @@ def _gang(key: str, members: list[PodInfo], snapshot: Snapshot, foreign: tuple[P
         spec=spec,
         priority=effective_priority(spec, members),
         members=tuple(members),
-        pending=tuple(p for p in unbound if not p.gated),
+        pending=tuple(p for p in unbound if not p.gated and not _claims_wait(p)),
         bound_active=tuple(p for p in members if p.holds_resources and not p.terminating),
         gated=sum(1 for p in unbound if p.gated),
+        claims_waiting=tuple((p.name, _claims_wait(p)) for p in unbound if not p.gated and _claims_wait(p)),
         foreign=foreign,
         problem=problem,
         implicit=implicit,

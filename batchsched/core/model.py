@@ -15,6 +15,7 @@ from typing import Any, Mapping
 from batchsched.api import constants
 from batchsched.api.podgroup import PodGroupSpec, parse_spec
 from batchsched.core import resources as res
+from batchsched.core.dra.demand import DeviceDemand, PodClaim
 from batchsched.core.dra.inventory import NodeDra
 from batchsched.core.resources import Resources
 from batchsched.core.topology.annotation import from_annotation
@@ -132,6 +133,10 @@ class PodInfo:
     # (index, name, nvidia.com/gpu) of each container asking GPUs, init
     # containers first (kube-scheduler's numbering of extended-resource requests)
     gpu_containers: tuple[tuple[int, str, int], ...] = ()
+    claims: tuple[PodClaim, ...] = ()  # spec.resourceClaims
+    # What its claims ask, joined by ClusterState while it awaits placement
+    # (core/dra/demand.py); None: it has no claims, or is placed.
+    device_demand: DeviceDemand | None = None
 
     @property
     def key(self) -> str:
@@ -329,7 +334,33 @@ def pod_from_json(obj: Mapping[str, Any]) -> PodInfo:
         active_deadline_seconds=_positive_int(spec.get("activeDeadlineSeconds")),
         scheduled_condition=_scheduled_condition(status.get("conditions")),
         gpu_containers=_gpu_containers(spec),
+        claims=_pod_claims(spec, status),
     )
+
+
+MAX_POD_CLAIMS = 32
+
+
+def _pod_claims(spec: Mapping[str, Any], status: Mapping[str, Any]) -> tuple[PodClaim, ...]:
+    """spec.resourceClaims, each with the claim it names (a template's from
+    status.resourceClaimStatuses, written by the resourceclaim controller)."""
+    entries = [c for c in _list_of(spec.get("resourceClaims"))[:MAX_POD_CLAIMS] if isinstance(c, dict)]
+    if not entries:
+        return ()
+    made = {str(s.get("name")): s.get("resourceClaimName")
+            for s in _list_of(status.get("resourceClaimStatuses")) if isinstance(s, dict)}
+    claims = []
+    for entry in entries:
+        name, template = str(entry.get("name") or ""), str(entry.get("resourceClaimTemplateName") or "")
+        if template and name in made and not made[name]:
+            continue  # the controller found no claim needed
+        claim = str(entry.get("resourceClaimName") or "") if not template else str(made.get(name) or "")
+        claims.append(PodClaim(name, claim, template))
+    return tuple(claims)
+
+
+def _list_of(value: Any) -> list:
+    return value if isinstance(value, list) else []
 
 
 def _gpu_containers(spec: Mapping[str, Any]) -> tuple[tuple[int, str, int], ...]:

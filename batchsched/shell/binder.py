@@ -33,6 +33,7 @@ from urllib.parse import quote
 import aiohttp
 
 from batchsched.api import constants
+from batchsched.core.dra.claims import ClaimAllocation
 from batchsched.core.dra.extended import ExtendedClaim
 from batchsched.shell.kube import ApiError, Kube
 
@@ -53,6 +54,7 @@ class BindRequest:
     gang_key: str
     gpu_ids: tuple[int, ...] = ()
     claim: ExtendedClaim | None = None  # written (shell/claims.py) before the binding is sent
+    claims: tuple[ClaimAllocation, ...] = ()  # its own claims: allocated or reserved before the binding is sent
 
 
 @dataclass(frozen=True)

@@ -346,9 +346,9 @@ class ClusterCache:
         self._notify()
 
     def _put_pod(self, pod: PodInfo) -> None:
-        old = self.pods.get(pod.uid)
-        if old == pod:
+        if self.state.given_pod(pod.uid) == pod:
             return
+        old = self.pods.get(pod.uid)
         self.state.put_pod(pod)
         if old and old.holds_resources and not pod.holds_resources:
             self.capacity_freed = True

@@ -19,13 +19,24 @@ create is never retried: its answer lost, a retry could make a second
 claim.  Claims of ours left by a crash are found by their owner (a pod of
 ours, unbound, not being bound) and deleted (``Scheduler`` sweeps them), so
 a pod never has two.
+
+A pod's own claims (``spec.resourceClaims``; ``core/dra/claims.py`` decides
+their allocation) are written in place, as kube-scheduler's DRA plugin
+writes them: the finalizer ``resource.kubernetes.io/delete-protection`` by a
+normal update, then one status update with ``allocation`` and the pod
+appended to ``reservedFor`` (a claim allocated already only gets the
+reservation); each read again and retried on a conflict.  Undone, the pod
+leaves ``reservedFor``, and a claim we allocated that no one else reserved
+loses its allocation, then our finalizer.  A crash between the claim and
+the binding leaves the claim allocated and reserved for the pod: the pod's
+next attempt binds it where the claim is, as kube-scheduler does.
 """
 from __future__ import annotations
 
 import asyncio
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 from urllib.parse import quote
 
@@ -33,8 +44,9 @@ import aiohttp
 
 from batchsched.api.constants import GPU_RESOURCE
 from batchsched.core.cluster import ClusterState
+from batchsched.core.dra.claims import ClaimAllocation
 from batchsched.core.dra.extended import ExtendedClaim
-from batchsched.core.dra.model import API_PATH, EXTENDED_RESOURCE_CLAIM_ANNOTATION, ResourceClaim
+from batchsched.core.dra.model import API_PATH, EXTENDED_RESOURCE_CLAIM_ANNOTATION, AllocatedDevice, ResourceClaim
 from batchsched.core.text import clip
 from batchsched.shell.kube import ApiError, Kube
 
@@ -53,6 +65,25 @@ class WrittenClaim:
     namespace: str
     name: str
     uid: str
+
+
+@dataclass(frozen=True)
+class ReservedClaim:
+    """A pod's own claim, reserved for it by us (and allocated, when ``allocated``)."""
+
+    namespace: str
+    name: str
+    uid: str
+    allocated: bool
+    added_finalizer: bool
+
+
+@dataclass
+class PodClaims:
+    """What was written for one pod: undone together."""
+
+    extended: WrittenClaim | None = None
+    reserved: list[ReservedClaim] = field(default_factory=list)
 
 
 def claims_path(namespace: str) -> str:
@@ -75,16 +106,14 @@ def new_claim(namespace: str, pod: str, pod_uid: str, claim: ExtendedClaim) -> d
 
 
 def allocation_status(pod: str, pod_uid: str, claim: ExtendedClaim) -> dict:
-    devices: dict = {"results": [{"request": d.request, "driver": d.driver, "pool": d.pool, "device": d.device}
-                                 for d in claim.devices]}
+    devices = _results(claim.devices)
     if claim.class_config:  # the class's config, for every request (they all ask that class)
         devices["config"] = [{"source": "FromClass", "requests": [r.name for r in claim.requests],
                               "opaque": json.loads(c)} for c in claim.class_config]
     return {
         "allocation": {
             "devices": devices,
-            "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
-                {"key": "metadata.name", "operator": "In", "values": [claim.node]}]}]}},
+            "nodeSelector": _on_node(claim.node)},
         "reservedFor": [{"resource": "pods", "name": pod, "uid": pod_uid}],
     }
 
@@ -191,6 +220,176 @@ class ClaimWriter:
                         _why(exc))
             return False
         return True
+
+
+class _Retry(Exception):
+    """The update met a conflict or a transient failure: read again, write again."""
+
+
+_TRANSIENT = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
+
+
+class ExplicitClaims:
+    """Writes the allocation and reservation of pods' own claims (see the module's docstring)."""
+
+    def __init__(self, kube: Kube):
+        self.kube = kube
+
+    async def write(self, pod: str, pod_uid: str, allocations: tuple[ClaimAllocation, ...]) -> list[ReservedClaim]:
+        """Allocate and reserve each claim for the pod; on a failure the ones
+        written are undone and ClaimError raised."""
+        done: list[ReservedClaim] = []
+        try:
+            for allocation in allocations:
+                done.append(await self._reserve(pod, pod_uid, allocation))
+        except ClaimError:
+            for reserved in reversed(done):
+                await self.undo(pod_uid, reserved)
+            raise
+        return done
+
+    async def _reserve(self, pod: str, pod_uid: str, allocation: ClaimAllocation) -> ReservedClaim:
+        added = False
+        if allocation.allocate:
+            def protect(claim: dict) -> dict | None:
+                _live(claim, allocation)
+                _ours_to_allocate(claim, allocation)
+                finalizers = (claim.get("metadata") or {}).get("finalizers") or []
+                if DELETE_PROTECTION in finalizers:
+                    return None
+                return {**claim, "metadata": {**claim["metadata"], "finalizers": [*finalizers, DELETE_PROTECTION]}}
+            added = await self._update(allocation, protect, status=False)
+
+        def reserve(claim: dict) -> dict | None:
+            _live(claim, allocation)
+            status = dict(claim.get("status") or {})
+            reserved = list(status.get("reservedFor") or [])
+            if allocation.allocate:
+                if _ours_to_allocate(claim, allocation):
+                    return None  # an earlier try was committed, its answer lost
+                status["allocation"] = _allocation(allocation)
+            elif not status.get("allocation"):
+                raise ClaimError(f"its ResourceClaim {allocation.name} is no longer allocated")
+            if any(r.get("uid") == pod_uid for r in reserved if isinstance(r, dict)):
+                return None
+            status["reservedFor"] = [*reserved, {"resource": "pods", "name": pod, "uid": pod_uid}]
+            return {**claim, "status": status}
+        try:
+            await self._update(allocation, reserve, status=True)
+        except ClaimError:
+            if added:
+                await self._unprotect(allocation)
+            raise
+        return ReservedClaim(allocation.namespace, allocation.name, allocation.uid, allocation.allocate, added)
+
+    async def undo(self, pod_uid: str, reserved: ReservedClaim) -> bool:
+        """The pod leaves the claim's reservedFor; an allocation of ours no one
+        else holds goes, then our finalizer.  False, logged, when the API
+        refused or failed (the claim stays reserved for an unbound pod, whose
+        next attempt binds where it is)."""
+        def unreserve(claim: dict) -> dict | None:
+            status = dict(claim.get("status") or {})
+            reserved_for = [r for r in status.get("reservedFor") or [] if not (isinstance(r, dict)
+                                                                                and r.get("uid") == pod_uid)]
+            drop = reserved.allocated and not reserved_for and status.get("allocation")
+            if len(reserved_for) == len(status.get("reservedFor") or []) and not drop:
+                return None
+            status["reservedFor"] = reserved_for
+            if drop:
+                status.pop("allocation", None)
+            return {**claim, "status": status}
+
+        target = ClaimAllocation(reserved.namespace, reserved.name, reserved.uid, "")
+        try:
+            await self._update(target, unreserve, status=True)
+        except ClaimError as exc:
+            log.warning("undoing the reservation of ResourceClaim %s/%s failed (%s)", reserved.namespace,
+                        reserved.name, exc)
+            return False
+        return not reserved.added_finalizer or await self._unprotect(target)
+
+    async def _unprotect(self, target: ClaimAllocation) -> bool:
+        """Our finalizer off a claim left unallocated; False, logged, on a failure."""
+        def unprotect(claim: dict) -> dict | None:
+            meta = claim.get("metadata") or {}
+            if (claim.get("status") or {}).get("allocation") or DELETE_PROTECTION not in (meta.get("finalizers") or []):
+                return None
+            return {**claim, "metadata": {**meta, "finalizers": [f for f in meta["finalizers"]
+                                                                 if f != DELETE_PROTECTION]}}
+        try:
+            await self._update(target, unprotect, status=False)
+        except ClaimError as exc:
+            log.warning("removing the finalizer of ResourceClaim %s/%s failed (%s)", target.namespace, target.name,
+                        exc)
+            return False
+        return True
+
+    async def _update(self, target: ClaimAllocation, change: Callable[[dict], dict | None], status: bool) -> bool:
+        """Read the claim, ``change`` it (None: nothing to do), PUT it (its
+        status subresource when ``status``); a conflict or a transient
+        failure reads again and retries.  True when a write was made."""
+        path = f"{claims_path(target.namespace)}/{quote(target.name)}" + ("/status" if status else "")
+        error = ""
+        for attempt in range(STATUS_TRIES):
+            if attempt:
+                await asyncio.sleep(min(0.1 * 2 ** attempt, 1.0))
+            try:
+                claim = await self._read(target)
+                changed = change(claim)
+                if changed is None:
+                    return False
+                await self.kube.request("PUT", path, body=changed)
+                return True
+            except ApiError as exc:
+                error = _why(exc)
+                if not (exc.conflict or exc.status == 429 or exc.status >= 500):
+                    break  # refused (403, 422: resourceclaims/binding not granted, invalid): final
+            except _TRANSIENT as exc:
+                error = _why(exc)
+        if "resourceclaims/binding" in error:
+            raise ClaimError(f"allocating its ResourceClaim {target.name} needs update on resourceclaims/binding, "
+                             f"which the scheduler's RBAC does not grant (deploy/rbac.yaml): {error}")
+        raise ClaimError(f"updating its ResourceClaim {target.name} failed: {error}")
+
+    async def _read(self, target: ClaimAllocation) -> dict:
+        # a list by name, not a get: the scheduler may list claims, not get them (deploy/rbac.yaml)
+        found = (await self.kube.request("GET", claims_path(target.namespace), query={
+            "fieldSelector": f"metadata.name={target.name}"})).get("items") or []
+        claim = found[0] if found else {}
+        if (claim.get("metadata") or {}).get("uid") != target.uid:
+            raise ClaimError(f"its ResourceClaim {target.name} is gone or was replaced")
+        return claim
+
+
+def _allocation(allocation: ClaimAllocation) -> dict:
+    devices = _results(allocation.devices)
+    if allocation.config:
+        devices["config"] = [json.loads(c) for c in allocation.config]
+    return {"devices": devices, "nodeSelector": _on_node(allocation.node)}
+
+
+def _results(devices: tuple[AllocatedDevice, ...]) -> dict:
+    return {"results": [{"request": d.request, "driver": d.driver, "pool": d.pool, "device": d.device}
+                        for d in devices]}
+
+
+def _on_node(node: str) -> dict:
+    return {"nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]}
+
+
+def _live(claim: dict, allocation: ClaimAllocation) -> None:
+    if (claim.get("metadata") or {}).get("deletionTimestamp"):  # kube-scheduler allocates none such
+        raise ClaimError(f"its ResourceClaim {allocation.name} is being deleted")
+
+
+def _ours_to_allocate(claim: dict, allocation: ClaimAllocation) -> bool:
+    """True when the claim holds our allocation already; raises when it holds another."""
+    found = (claim.get("status") or {}).get("allocation")
+    if not found:
+        return False
+    if found == _allocation(allocation):
+        return True
+    raise ClaimError(f"its ResourceClaim {allocation.name} was allocated by someone else meanwhile")
 
 
 def _why(exc: BaseException) -> str:

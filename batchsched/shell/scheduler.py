@@ -28,7 +28,7 @@ from batchsched.core.topology.accounting import topology_of
 from batchsched.core.topology.alignment import is_aligned
 from batchsched.shell.binder import Binder, BindRequest, BindResult
 from batchsched.shell.cache import ClusterCache
-from batchsched.shell.claims import ClaimError, ClaimWriter, WrittenClaim
+from batchsched.shell.claims import ClaimError, ClaimWriter, ExplicitClaims, PodClaims, WrittenClaim
 from batchsched.shell.evictor import Evictor
 from batchsched.shell.kube import Kube
 from batchsched.shell.logs import decision
@@ -60,6 +60,7 @@ class Scheduler:
         self.binder = Binder(kube, config.binding.parallelism, config.binding.retries)
         self.binder.settled_by_watch = self._settled_by_watch
         self.claims = ClaimWriter(kube, lambda: self.cache.state)
+        self.explicit = ExplicitClaims(kube)
         self._claim_slots = asyncio.Semaphore(config.binding.parallelism)
         self._claims_swept = 0.0
         self._claims_deleting: set[str] = set()  # claim uids
@@ -209,13 +210,13 @@ class Scheduler:
             for task in self.evictor.expire_nominations():
                 self._track(task)
         if plan.bindings:
-            requests = [BindRequest(b.pod_uid, b.namespace, b.pod_name, b.node_name, b.gang_key, b.gpu_ids, b.claim)
-                        for b in plan.bindings]
+            requests = [BindRequest(b.pod_uid, b.namespace, b.pod_name, b.node_name, b.gang_key, b.gpu_ids, b.claim,
+                                    b.claims) for b in plan.bindings]
             eligible_since = self._quorum_eligible_since(plan, snapshot)  # before assuming changes it
-            for r in requests:
-                self.cache.assume(r.uid, r.node, r.gpu_ids)
-                if r.claim is not None:  # its devices are taken from now, like its room
-                    self.cache.state.assume_allocation(r.uid, r.claim.devices)
+            for b in plan.bindings:
+                self.cache.assume(b.pod_uid, b.node_name, b.gpu_ids)
+                if b.devices:  # its devices are taken from now, like its room
+                    self.cache.state.assume_allocation(b.pod_uid, b.devices)
             self._spawn(self._bind(requests, eligible_since))
         if time.monotonic() - self._claims_swept > 1.0:
             self._claims_swept = time.monotonic()
@@ -263,8 +264,8 @@ class Scheduler:
     async def _bind(self, requests: list[BindRequest], eligible_since: dict[str, float]) -> None:
         by_gang: dict[str, list[BindResult]] = {}
         refused: set[str] = set()
-        written: dict[str, WrittenClaim] = {}  # pod uid -> its claim, written for this binding
-        if any(r.claim is not None for r in requests):
+        written: dict[str, PodClaims] = {}  # pod uid -> its claims, written for this binding
+        if any(_has_claims(r) for r in requests):
             requests = await self._write_claims(requests, written)
         async for result in self.binder.bind_each(requests):
             key = result.request.gang_key
@@ -290,10 +291,10 @@ class Scheduler:
             if key in eligible_since and len(bound) == len(outcomes):
                 self.metrics.gang_e2e_duration.observe(finished - eligible_since[key])
 
-    async def _write_claims(self, requests: list[BindRequest], written: dict[str, WrittenClaim]) -> list[BindRequest]:
+    async def _write_claims(self, requests: list[BindRequest], written: dict[str, PodClaims]) -> list[BindRequest]:
         """Write the claims of every gang's pods placed where DRA serves
-        nvidia.com/gpu; the requests left to bind: those of the gangs whose
-        claims were all written.  A gang with one claim not written binds no
+        nvidia.com/gpu, and allocate or reserve their own claims; the
+        requests left to bind: those of the gangs whose claims were all written.  A gang with one claim not written binds no
         member: the claims written for it are deleted, its pods unassumed,
         and it backs off like a refused binding."""
         by_gang: dict[str, list[BindRequest]] = {}
@@ -302,10 +303,10 @@ class Scheduler:
         failed = set()
 
         async def write_gang(key: str, members: list[BindRequest]) -> None:
-            asking = [r for r in members if r.claim is not None]
+            asking = [r for r in members if _has_claims(r)]
             outcomes = await asyncio.gather(*(self._write_claim(r) for r in asking), return_exceptions=True)
             errors = {r.uid: o for r, o in zip(asking, outcomes) if isinstance(o, BaseException)}
-            done = {r.uid: o for r, o in zip(asking, outcomes) if isinstance(o, WrittenClaim)}
+            done = {r.uid: o for r, o in zip(asking, outcomes) if isinstance(o, PodClaims)}
             if not errors:
                 written.update(done)
                 return
@@ -317,28 +318,40 @@ class Scheduler:
                 self.cache.state.forget_allocation(r.uid)
                 self.cache.forget(r.uid)
                 message = (f"{why}" if r.uid in errors else
-                           f"not bound: the ResourceClaim of gang member {first.name} was not written ({why})")
+                           f"not bound: a ResourceClaim of gang member {first.name} was not written ({why})")
                 self.metrics.bind_errors.inc()
                 log.warning("%s/%s: %s", r.namespace, r.name, message, extra=decision(key, [r.name], node=r.node))
                 self.events.emit(pod_ref(r.namespace, r.name, r.uid), "Warning", "FailedBinding",
                                  f"Binding to {r.node} failed: {message}")
             self.queue.record_bind_refused(key, time.time())
 
-        await asyncio.gather(*(write_gang(k, m) for k, m in by_gang.items() if any(r.claim for r in m)))
+        await asyncio.gather(*(write_gang(k, m) for k, m in by_gang.items() if any(_has_claims(r) for r in m)))
         return [r for r in requests if r.gang_key not in failed]
 
-    async def _write_claim(self, r: BindRequest) -> WrittenClaim:
+    async def _write_claim(self, r: BindRequest) -> PodClaims:
+        """The pod's extended-resource claim, then its own claims; a failure
+        undoes what was written for it and raises ClaimError."""
         async with self._claim_slots:
+            written = PodClaims()
             try:
-                return await self.claims.write(r.namespace, r.name, r.uid, r.claim)
-            except ClaimError:
-                raise
+                if r.claim is not None:
+                    written.extended = await self.claims.write(r.namespace, r.name, r.uid, r.claim)
+                if r.claims:
+                    written.reserved = await self.explicit.write(r.name, r.uid, r.claims)
+                return written
             except Exception as exc:  # noqa: BLE001 - a bug here fails this gang, not the loop
-                log.exception("writing the ResourceClaim of %s/%s failed", r.namespace, r.name)
-                raise ClaimError(f"writing its ResourceClaim failed: {type(exc).__name__}: {exc}") from exc
+                if written.extended is not None:
+                    await self.claims.delete(written.extended)
+                if isinstance(exc, ClaimError):
+                    raise
+                log.exception("writing the ResourceClaims of %s/%s failed", r.namespace, r.name)
+                raise ClaimError(f"writing its ResourceClaims failed: {type(exc).__name__}: {exc}") from exc
 
-    async def _undo_claim(self, pod_uid: str, claim: WrittenClaim) -> None:
-        await self.claims.delete(claim)
+    async def _undo_claim(self, pod_uid: str, written: PodClaims) -> None:
+        if written.extended is not None:
+            await self.claims.delete(written.extended)
+        for reserved in reversed(written.reserved):
+            await self.explicit.undo(pod_uid, reserved)
         self.cache.state.forget_allocation(pod_uid)
 
     def _sweep_leftover_claims(self) -> None:
@@ -499,3 +512,7 @@ class Scheduler:
         """A problem reported before is gone (a node's topology annotation)."""
         ref = node_ref(obj)
         self._object_reports[(ref["kind"], "", ref["name"])] = (ref, "Normal", reason, message)
+
+
+def _has_claims(r: BindRequest) -> bool:
+    return r.claim is not None or bool(r.claims)

@@ -92,6 +92,7 @@ class DraGpu:
     # The DeviceClass with extendedResourceName nvidia.com/gpu that selects it
     # (the first by name when several do); "" when none does.
     extended_class: str = ""
+    source: Device | None = None  # as its slice publishes it: what claims' selectors read
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -138,6 +139,7 @@ def node_dra(slices: Iterable[ResourceSlice], selection: GpuSelection, topology:
     found: dict[tuple[str, str, str], tuple] = {}  # key -> (uuid, pci key)
     extended: dict[tuple[str, str, str], str] = {}  # key -> the class serving it as nvidia.com/gpu
     failures: dict[str, str] = {}  # class -> its first selector failure on this node
+    sources: dict[tuple[str, str, str], Device] = {}
     for s in slices:
         if s.generation != newest[(s.driver, s.pool)]:
             continue
@@ -147,13 +149,14 @@ def node_dra(slices: Iterable[ResourceSlice], selection: GpuSelection, topology:
             if serving or NVIDIA_RULE.selects(s.driver, device):
                 found[(s.driver, s.pool, device.name)] = (device.attributes.get("uuid"),
                                                           pci_key(device.attributes.get(PCI_BUS_ID_ATTRIBUTE)))
+                sources[(s.driver, s.pool, device.name)] = device
                 if serving:
                     extended[(s.driver, s.pool, device.name)] = serving
     if not found:
         return None
     keys = sorted(found, key=lambda k: (k[0], k[1], _minor_order(k[2])))
     mapped, problems = _map(keys, found, topology)
-    gpus = tuple(DraGpu(*key, *mapped.get(key, (None, "")), extended.get(key, "")) for key in keys)
+    gpus = tuple(DraGpu(*key, *mapped.get(key, (None, "")), extended.get(key, ""), sources[key]) for key in keys)
     return NodeDra(gpus, tuple(f"DeviceClass {name}: {why}" for name, why in sorted(failures.items()))
                    + tuple(problems))
 

@@ -86,6 +86,28 @@ class AllocatedDevice:
 
 
 @dataclass(frozen=True)
+class DeviceRequest:
+    """One ``spec.devices.requests[]`` entry of a claim, as far as it is read:
+    ``exactly`` with ExactCount.  ``unsupported`` says why any other form is
+    not allocated (it is never guessed at)."""
+
+    name: str
+    device_class: str = ""
+    count: int = 1
+    selectors: tuple[str, ...] = ()  # CEL expressions, as written
+    unsupported: str = ""
+
+
+@dataclass(frozen=True)
+class MatchAttribute:
+    """A ``spec.devices.constraints[]`` entry: the devices of ``requests``
+    (all of the claim's when empty) share one value of ``attribute``."""
+
+    attribute: str  # fully qualified (domain/name)
+    requests: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class ResourceClaim:
     uid: str
     namespace: str
@@ -94,6 +116,13 @@ class ResourceClaim:
     reserved_for: tuple[str, ...] = ()  # uids of the pods in status.reservedFor
     owner_pod: str = ""  # uid of its controlling Pod, if any
     extended: bool = False  # made for a pod's extended resources (annotation)
+    requests: tuple[DeviceRequest, ...] = ()  # spec.devices.requests
+    constraints: tuple[MatchAttribute, ...] = ()  # spec.devices.constraints
+    # spec.devices.config[].opaque, each as JSON with its requests
+    # ({"requests": [...], "opaque": {...}}): copied into the allocation (source FromClaim)
+    config: tuple[str, ...] = ()
+    allocated_node: str = ""  # the node its allocation's nodeSelector names ("" when none is read)
+    unsupported: str = ""  # why its spec cannot be allocated by this version ("" when it can)
 
     @property
     def key(self) -> str:
@@ -209,10 +238,99 @@ def slice_from_json(obj: Mapping[str, Any]) -> ResourceSlice:
                          _int(pool.get("resourceSliceCount"), "spec.pool.resourceSliceCount"), devices)
 
 
+MAX_REQUESTS = 32  # DeviceRequestsMaxSize
+MAX_CONSTRAINTS = 32  # DeviceConstraintsMaxSize
+
+
+def _request(raw: Any, where: str) -> DeviceRequest:
+    raw = _dict(raw, where)
+    name = _text(raw.get("name"), f"{where}.name", MAX_DEVICE_NAME)
+    if raw.get("firstAvailable") is not None:
+        return DeviceRequest(name, unsupported=f"request {clip(name, 63)!r} uses firstAvailable, which this "
+                                               "version does not allocate")
+    exactly = _dict(raw.get("exactly"), f"{where}.exactly")
+    if not exactly:
+        return DeviceRequest(name, unsupported=f"request {clip(name, 63)!r} has no exactly")
+    device_class = _text(exactly.get("deviceClassName"), f"{where}.exactly.deviceClassName")
+    selectors = []
+    for k, selector in enumerate(_list(exactly.get("selectors"), f"{where}.exactly.selectors", MAX_SELECTORS)):
+        cel = _dict(_dict(selector, f"{where}.exactly.selectors[{k}]").get("cel"),
+                    f"{where}.exactly.selectors[{k}].cel")
+        selectors.append(_text(cel.get("expression"), f"{where}.exactly.selectors[{k}].cel.expression",
+                               MAX_EXPRESSION))
+    mode = exactly.get("allocationMode") or "ExactCount"
+    unsupported = ""
+    if mode != "ExactCount":
+        unsupported = (f"request {clip(name, 63)!r} asks allocationMode {clip(str(mode), 20)}; this version "
+                       "allocates ExactCount only")
+    elif exactly.get("adminAccess"):
+        unsupported = f"request {clip(name, 63)!r} asks adminAccess, which this version does not allocate"
+    elif exactly.get("capacity") is not None:
+        unsupported = f"request {clip(name, 63)!r} asks consumable capacity, which this version does not allocate"
+    count = exactly.get("count", 1)
+    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_RESULTS:
+        raise DraError(f"{where}.exactly.count must be an integer from 1 to {MAX_RESULTS}")
+    return DeviceRequest(name, device_class, count, tuple(selectors), unsupported)
+
+
+def _constraint(raw: Any, where: str) -> MatchAttribute | str:
+    raw = _dict(raw, where)
+    requests = tuple(_text(r, f"{where}.requests[{k}]", MAX_DEVICE_NAME)
+                     for k, r in enumerate(_list(raw.get("requests"), f"{where}.requests", MAX_REQUESTS)))
+    attribute = _text(raw.get("matchAttribute"), f"{where}.matchAttribute")
+    if not attribute or "/" not in attribute:
+        return f"{where} is not a matchAttribute with a fully qualified name, which is all this version reads"
+    return MatchAttribute(attribute, requests)
+
+
+def _claim_spec(spec: dict) -> tuple[tuple[DeviceRequest, ...], tuple[MatchAttribute, ...], tuple[str, ...], str]:
+    devices = _dict(spec.get("devices"), "spec.devices")
+    requests = tuple(_request(raw, f"spec.devices.requests[{k}]")
+                     for k, raw in enumerate(_list(devices.get("requests"), "spec.devices.requests", MAX_REQUESTS)))
+    constraints, unsupported = [], ""
+    for k, raw in enumerate(_list(devices.get("constraints"), "spec.devices.constraints", MAX_CONSTRAINTS)):
+        read = _constraint(raw, f"spec.devices.constraints[{k}]")
+        if isinstance(read, str):
+            unsupported = unsupported or read
+        else:
+            constraints.append(read)
+    config = []
+    for k, raw in enumerate(_list(devices.get("config"), "spec.devices.config", MAX_CONFIG)):
+        raw = _dict(raw, f"spec.devices.config[{k}]")
+        opaque = _dict(raw.get("opaque"), f"spec.devices.config[{k}].opaque")
+        if not opaque:
+            unsupported = unsupported or f"spec.devices.config[{k}] has no opaque configuration"
+            continue
+        encoded = json.dumps({"requests": _list(raw.get("requests"), f"spec.devices.config[{k}].requests",
+                                                MAX_REQUESTS), "opaque": opaque}, sort_keys=True)
+        if len(encoded) > MAX_OPAQUE_PARAMETERS + 4 * MAX_NAME:
+            raise DraError(f"spec.devices.config[{k}].opaque is longer than {MAX_OPAQUE_PARAMETERS} characters")
+        config.append(encoded)
+    unsupported = unsupported or next((r.unsupported for r in requests if r.unsupported), "")
+    return requests, tuple(constraints), tuple(config), unsupported
+
+
+def _allocated_node(allocation: dict) -> str:
+    """The node an allocation's nodeSelector pins: ``matchFields
+    metadata.name In [node]`` (as schedulers write it), else "" ."""
+    terms = _dict(allocation.get("nodeSelector"), "status.allocation.nodeSelector").get("nodeSelectorTerms")
+    if not isinstance(terms, list) or len(terms) != 1 or not isinstance(terms[0], dict):
+        return ""
+    fields = terms[0].get("matchFields")
+    if terms[0].get("matchExpressions") or not isinstance(fields, list) or len(fields) != 1:
+        return ""
+    field = fields[0] if isinstance(fields[0], dict) else {}
+    values = field.get("values")
+    if (field.get("key") == "metadata.name" and field.get("operator") == "In" and isinstance(values, list)
+            and len(values) == 1 and isinstance(values[0], str)):
+        return _text(values[0], "status.allocation.nodeSelector node")
+    return ""
+
+
 def claim_from_json(obj: Mapping[str, Any]) -> ResourceClaim:
     meta, status = _dict(obj.get("metadata"), "metadata"), _dict(obj.get("status"), "status")
-    devices = _dict(_dict(status.get("allocation"), "status.allocation").get("devices"),
-                    "status.allocation.devices")
+    allocation = _dict(status.get("allocation"), "status.allocation")
+    devices = _dict(allocation.get("devices"), "status.allocation.devices")
     allocated = []
     for k, raw in enumerate(_list(devices.get("results"), "status.allocation.devices.results", MAX_RESULTS)):
         where = f"status.allocation.devices.results[{k}]"
@@ -232,6 +350,8 @@ def claim_from_json(obj: Mapping[str, Any]) -> ResourceClaim:
         if raw.get("controller") is True and raw.get("kind") == "Pod" and raw.get("apiVersion") == "v1":
             owner = _text(raw.get("uid"), f"metadata.ownerReferences[{k}].uid")
     annotations = _dict(meta.get("annotations"), "metadata.annotations")
+    requests, constraints, config, unsupported = _claim_spec(_dict(obj.get("spec"), "spec"))
     return ResourceClaim(_text(meta.get("uid"), "metadata.uid"), _text(meta.get("namespace"), "metadata.namespace"),
                          _text(meta.get("name"), "metadata.name"), tuple(allocated), tuple(reserved), owner,
-                         annotations.get(EXTENDED_RESOURCE_CLAIM_ANNOTATION) == "true")
+                         annotations.get(EXTENDED_RESOURCE_CLAIM_ANNOTATION) == "true", requests, constraints,
+                         config, _allocated_node(allocation) if allocation else "", unsupported)

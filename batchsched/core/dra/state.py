@@ -30,6 +30,7 @@ class DraState:
         self.classes: dict[str, DeviceClass] = {}
         self.slices: dict[str, ResourceSlice] = {}
         self.claims: dict[str, ResourceClaim] = {}  # by uid
+        self.claim_uids: dict[str, str] = {}  # namespace/name -> uid
         self.assumed: dict[str, tuple[AllocatedDevice, ...]] = {}  # pod uid -> devices
         self.selection: GpuSelection = gpu_selection(())
         self._node_slices: dict[str, dict[str, None]] = {}  # node -> slice names
@@ -102,21 +103,31 @@ class DraState:
             return set()
         touched = self._unindex_claim(old) if old is not None else set()
         self.claims[claim.uid] = claim
+        self.claim_uids[claim.key] = claim.uid
         touched |= self._hold(claim.allocated, 1)
-        allocated = {d.key for d in claim.allocated}
         for pod_uid in claim.reserved_for:
             self._reserved.setdefault(pod_uid, {})[claim.uid] = None
-            # confirmed (only by a claim holding every assumed device: any other,
-            # a tenant's forgery say, would free devices still being written)
-            if pod_uid in self.assumed and allocated >= {d.key for d in self.assumed[pod_uid]}:
-                touched |= self.forget_allocation(pod_uid)
+            # confirmed (only by the claims reserved for it holding every assumed
+            # device: any other, a tenant's forgery say, would free devices still
+            # being written)
+            if pod_uid in self.assumed:
+                allocated = {d.key for uid in self._reserved[pod_uid] for d in self.claims[uid].allocated}
+                if allocated >= {d.key for d in self.assumed[pod_uid]}:
+                    touched |= self.forget_allocation(pod_uid)
         return touched
+
+    def claim(self, key: str) -> ResourceClaim | None:
+        """The claim namespace/name, if known."""
+        uid = self.claim_uids.get(key)
+        return self.claims.get(uid) if uid is not None else None
 
     def remove_claim(self, uid: str) -> set[str]:
         old = self.claims.pop(uid, None)
         return self._unindex_claim(old) if old is not None else set()
 
     def _unindex_claim(self, old: ResourceClaim) -> set[str]:
+        if self.claim_uids.get(old.key) == old.uid:
+            del self.claim_uids[old.key]
         for pod_uid in old.reserved_for:
             claims = self._reserved.get(pod_uid)
             if claims is not None:

@@ -33,7 +33,7 @@ from batchsched.core.placement.fit import (
     REASON_NOT_READY, REASON_RESERVED, REASON_UNSCHEDULABLE, NodeFilter, placement_key, resource_reasons,
     static_reasons,
 )
-from batchsched.core.placement.gpus import GpuPick, pick_gpus, static_reason
+from batchsched.core.placement.gpus import GpuPick, in_dra_terms, pick_gpus, static_reason
 from batchsched.core.resources import Resources
 from batchsched.core.topology.accounting import GpuRoom, gpu_id_count, room_of, topology_of
 
@@ -85,7 +85,7 @@ class ShapeView:
             if reason in PASSING_REASONS:
                 self._file_empty(name)
         for name in verdict.feasible:
-            reason = static_reason(index.nodes[name], self.request, policy)
+            reason = static_reason(index.nodes[name], self.request, policy, pod.device_demand)
             if reason:
                 self._static[name] = reason
                 self._static_counts[reason] += 1
@@ -105,10 +105,11 @@ class ShapeView:
 
     def pick(self, name: str, free: Mapping[str, int], room: GpuRoom | None) -> GpuPick | list[str]:
         """The GPUs a pod of this shape gets on node ``name``, or why it does not fit."""
+        node = self._index.nodes[name]
         if not self.fits(free):
-            return resource_reasons(self.request, free)
-        pick = pick_gpus(self._index.nodes[name], room, self.request, self.policy)
-        return [pick] if isinstance(pick, str) else pick
+            return in_dra_terms(node, resource_reasons(self.request, free), self.request)
+        pick = pick_gpus(node, room, self.request, self.policy, self._pod.device_demand)
+        return in_dra_terms(node, [pick], self.request) if isinstance(pick, str) else pick
 
     def score(self, name: str, free: Mapping[str, int], pick: GpuPick) -> tuple:
         return (pick.quality + pack_score(self._index.nodes[name], self.request, free)
@@ -178,10 +179,11 @@ class ShapeView:
         these facts of the node."""
         topology = topology_of(node)
         key = (id(topology), gpu_id_count(node), node.allocatable.get(res.CPU), node.allocatable.get(res.MEMORY),
-               node.labels.get(TOPOLOGY_MANAGER_POLICY_LABEL))
+               node.labels.get(TOPOLOGY_MANAGER_POLICY_LABEL),
+               node.name if self._pod.device_demand is not None else "")  # claims select per node
         known = self._refusals.get(key)
         if known is None or known[0] is not topology:
-            pick = pick_gpus(node, room_of(node, ()), self.request, self.policy)
+            pick = pick_gpus(node, room_of(node, ()), self.request, self.policy, self._pod.device_demand)
             known = self._refusals[key] = (topology, pick if isinstance(pick, str) else "")
         return known[1]
 
@@ -227,7 +229,7 @@ class ShapeView:
         if node is None:
             return
         reasons = static_reasons(self._pod, node)
-        reason = reasons[0] if reasons else static_reason(node, self.request, self.policy)
+        reason = reasons[0] if reasons else static_reason(node, self.request, self.policy, self._pod.device_demand)
         if not reason or reason in PASSING_REASONS:
             self._file_empty(name)
         if reason:

@@ -84,7 +84,7 @@ def fit_reasons(pod: PodInfo, node: NodeInfo, free: Mapping[str, int]) -> list[s
 
 def placement_key(pod: PodInfo) -> Hashable:
     """What static predicates look at: pods with equal keys pass on the same nodes."""
-    return (tuple(sorted(pod.node_selector.items())), pod.affinity_terms, pod.tolerations)
+    return (tuple(sorted(pod.node_selector.items())), pod.affinity_terms, pod.tolerations, pod.device_demand)
 
 
 @dataclass(frozen=True)

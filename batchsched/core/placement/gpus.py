@@ -21,18 +21,23 @@ On a node where DRA serves nvidia.com/gpu (``NodeInfo.gpus_by_dra``) the
 GPU ids are its DRA GPUs' and the pod gets them through its extended-resource
 claim (core/dra/extended.py, docs/dra.md).  A node with DRA GPUs but neither
 the device plugin nor a DeviceClass serving nvidia.com/gpu takes no GPU pod.
+A pod whose own ResourceClaims ask GPUs (``PodInfo.device_demand``) gets
+the best set among the GPUs their selectors select, under their
+matchAttribute constraints (core/dra/claims.py).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Mapping
 
 from batchsched.api import constants
 from batchsched.core import resources as res
+from batchsched.core.dra import claims
+from batchsched.core.dra.demand import DeviceDemand
 from batchsched.core.model import NodeInfo, TopologyPolicy
 from batchsched.core.placement.fit import insufficient_reason
 from batchsched.core.topology.accounting import GpuRoom, gpus_shared, numa_of, topology_of
-from batchsched.core.topology.choose import choose_gpus, gpus_of, mask_of
+from batchsched.core.topology.choose import choose_gpus, evaluate, gpus_of, mask_of
 from batchsched.core.topology.model import Link
 
 REASON_SHARED_GPUS = "node(s) had shared GPUs and the gang asks for exclusive ones"
@@ -56,8 +61,13 @@ class GpuPick:
 NO_GPU_IDS = GpuPick((), None, ())
 
 
-def static_reason(node: NodeInfo, request: Mapping[str, int], policy: TopologyPolicy) -> str:
+def static_reason(node: NodeInfo, request: Mapping[str, int], policy: TopologyPolicy,
+                  demand: DeviceDemand | None = None) -> str:
     """Why the node is out for this gang whatever is free there ("" if it is not)."""
+    if demand is not None:
+        reason = claims.static_reason(node, demand)
+        if reason or demand.count:
+            return reason
     if (request.get(constants.GPU_RESOURCE, 0) and node.dra is not None
             and not node.allocatable.get(constants.GPU_RESOURCE, 0)):
         return REASON_DRA_NO_CLASS
@@ -67,9 +77,12 @@ def static_reason(node: NodeInfo, request: Mapping[str, int], policy: TopologyPo
 
 
 def pick_gpus(node: NodeInfo, room: GpuRoom | None, request: Mapping[str, int],
-              policy: TopologyPolicy) -> GpuPick | str:
-    """The GPUs a pod asking ``request`` gets on ``node`` with ``room`` left,
-    or why none fits.  ``request`` must fit the node's free resources."""
+              policy: TopologyPolicy, demand: DeviceDemand | None = None) -> GpuPick | str:
+    """The GPUs a pod asking ``request`` (and, when its claims ask GPUs,
+    ``demand``) gets on ``node`` with ``room`` left, or why none fits.
+    ``request`` must fit the node's free resources."""
+    if demand is not None and demand.count and room is not None:
+        return _pick_for_claims(node, room, request, policy, demand)
     k = request.get(constants.GPU_RESOURCE, 0)
     if room is None or k == 0:
         return NO_GPU_IDS
@@ -98,6 +111,67 @@ def pick_gpus(node: NodeInfo, room: GpuRoom | None, request: Mapping[str, int],
     if k > 1 and policy.gpu_link == "require-nvlink" and choice.worst < _NVLINK:
         return REASON_NO_NVLINK_SET
     return GpuPick(choice.gpus, numa, _quality(policy, k, choice.worst, choice.gbps, choice.numa_nodes))
+
+
+def in_dra_terms(node: NodeInfo, reasons: list[str], request: Mapping[str, int]) -> list[str]:
+    """On a node where DRA serves nvidia.com/gpu, GPU shortfalls said as
+    devices of its DeviceClass: "node(s) had no 4 free devices of class
+    gpu.nvidia.com [joined by NVLink]"."""
+    if not node.gpus_by_dra or node.dra is None:
+        return reasons
+    words = claims.devices_words(request.get(constants.GPU_RESOURCE, 0),
+                                 (g.extended_class for g in node.dra.gpus if g.extended_class), free=True)
+    said = {insufficient_reason(constants.GPU_RESOURCE): f"node(s) had no {words}",
+            REASON_NO_NVLINK_SET: f"node(s) had no {words} joined by NVLink"}
+    return [said.get(r, r) for r in reasons]
+
+
+def _pick_for_claims(node: NodeInfo, room: GpuRoom, request: Mapping[str, int], policy: TopologyPolicy,
+                     demand: DeviceDemand) -> GpuPick | str:
+    """The best pick among the ways of meeting the claims' matchAttribute
+    constraints, each limited to the GPUs its requests' selectors select;
+    requests selecting different GPUs take theirs one after the other."""
+    masks = claims.eligible_masks(node, demand)
+    if isinstance(masks, str):
+        return masks
+    best: GpuPick | None = None
+    reasons = []
+    for group in claims.attribute_groups(node, demand, masks):
+        limited = replace(room, free=room.free & claims.mask_of_all(group))
+        if len(set(group)) == 1:
+            pick = pick_gpus(node, limited, request, policy)
+        else:
+            pick = _pick_in_turn(node, limited, request, policy, demand, group)
+        if isinstance(pick, str):
+            reasons.append(pick)
+        elif best is None or pick.quality < best.quality:
+            best = pick
+    if best is not None:
+        return best
+    if REASON_NO_NVLINK_SET in reasons:
+        return claims.nvlink_reason(demand)
+    if REASON_NO_NUMA_FIT in reasons:
+        return REASON_NO_NUMA_FIT
+    return claims.free_reason(demand)
+
+
+def _pick_in_turn(node: NodeInfo, room: GpuRoom, request: Mapping[str, int], policy: TopologyPolicy,
+                  demand: DeviceDemand, masks: tuple[int, ...]) -> GpuPick | str:
+    def choose(allowed: int, k: int) -> tuple[int, ...] | None:
+        pick = pick_gpus(node, replace(room, free=allowed), {**request, constants.GPU_RESOURCE: k}, policy)
+        return None if isinstance(pick, str) else pick.gpus
+
+    gpus = claims.dealt_set(demand, room.free, masks, choose)
+    if gpus is None:
+        return claims.free_reason(demand)
+    topology = topology_of(node)
+    if topology is None:
+        return GpuPick(gpus, None, _quality(policy, len(gpus), _FLAT_WORST, 0, 1))
+    choice = evaluate(topology, gpus, room.free)
+    if len(gpus) > 1 and policy.gpu_link == "require-nvlink" and choice.worst < _NVLINK:
+        return REASON_NO_NVLINK_SET
+    return GpuPick(gpus, numa_of(topology, gpus), _quality(policy, len(gpus), choice.worst, choice.gbps,
+                                                           choice.numa_nodes))
 
 
 def _quality(policy: TopologyPolicy, k: int, worst: int, gbps: int, numa_nodes: int) -> tuple[int, ...]:

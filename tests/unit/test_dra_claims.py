@@ -1,0 +1,229 @@
+"""Pods with ResourceClaims of their own, in the core: the join (what a
+pod's claims ask, or why it waits), the GPUs chosen among those the
+selectors select, matchAttribute, shared claims, and the allocation."""
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from batchsched.core.cycle import schedule_cycle
+from batchsched.core.dra.model import AllocatedDevice, DraError, claim_from_json
+from batchsched.core.model import pod_from_json
+from batchsched.core.queueing.queue import GangQueue
+from batchsched.core.snapshot import Snapshot
+from batchsched.core.topology.choose import mask_of
+from tests.support import dra
+from tests.unit.test_dra import NODE, TOPOLOGY, cache, claim_json, device, listed, node_json, pod_json  # noqa: F401
+from tests.unit.test_fuzz_hostile_input import FUZZ, json_values
+
+ATTR = "gpu.nvidia.com/productName"
+
+
+def claim_spec(name: str, count: int = 2, selectors=(), constraints=(), requests=None, **status) -> dict:
+    obj = claim_json(name)
+    obj["spec"]["devices"]["requests"] = requests or [{"name": "gpus", "exactly": {
+        "deviceClassName": dra.GPU_CLASS, "count": count,
+        "selectors": [{"cel": {"expression": e}} for e in selectors]}}]
+    if constraints:
+        obj["spec"]["devices"]["constraints"] = list(constraints)
+    obj["status"].update(status)
+    return obj
+
+
+def claiming_pod(name: str, *claims: str, node: str = "", template: str = "") -> dict:
+    entries = ([{"name": "gpus", "resourceClaimTemplateName": template}] if template else
+               [{"name": f"c{k}", "resourceClaimName": c} for k, c in enumerate(claims)])
+    obj = {"metadata": {"name": name, "namespace": "ns", "uid": name},
+           "spec": {"schedulerName": "batchsched", "nodeName": node, "resourceClaims": entries,
+                    "containers": [{"name": "c", "resources": {"claims": [{"name": e["name"]} for e in entries]}}]},
+           "status": {"phase": "Running" if node else "Pending"}}
+    if template and claims:
+        obj["status"]["resourceClaimStatuses"] = [{"name": "gpus", "resourceClaimName": claims[0]}]
+    return obj
+
+
+def cycle(cache):
+    snapshot = Snapshot.of(cache.state, {}, now=1000.0)
+    return schedule_cycle(snapshot, GangQueue())
+
+
+def served(cache, *, claims=(), pods=(), slices=None):
+    return listed(cache, nodes=[node_json(gpus=0)], slices=slices or [dra.resource_slice(NODE, TOPOLOGY)],
+                  claims=claims, pods=pods)
+
+
+def nvlinked(gpus) -> bool:
+    return all(TOPOLOGY.link(i, j).kind == "NV" for i in gpus for j in gpus if i < j)
+
+
+def test_a_claim_for_two_gpus_gets_an_nvlink_pair_allocated_and_reserved(cache):
+    served(cache, claims=[claim_spec("pair", 2)], pods=[claiming_pod("p", "pair")])
+    assert cache.state.pods["p"].device_demand.count == 2
+    plan = cycle(cache)
+    (binding,) = plan.bindings
+    assert len(binding.gpu_ids) == 2 and nvlinked(binding.gpu_ids)
+    assert binding.claim is None  # no extended-resource claim: its own claim gets the GPUs
+    (allocation,) = binding.claims
+    assert (allocation.name, allocation.node, allocation.allocate) == ("pair", NODE, True)
+    assert allocation.devices == tuple(AllocatedDevice("gpus", dra.DRIVER, NODE, device(i))
+                                       for i in sorted(binding.gpu_ids))
+
+
+def test_a_pod_waits_with_a_reason_for_a_claim_not_made_yet(cache):
+    served(cache, pods=[claiming_pod("p", template="tmpl")])
+    plan = cycle(cache)
+    assert not plan.bindings
+    verdict = plan.verdicts["ns/pod:p"]
+    assert verdict.reason == "ResourceClaimsNotReady"
+    assert "waiting for the resourceclaim controller to make the ResourceClaim 'gpus' from template tmpl" in \
+        verdict.message
+    served(cache, pods=[claiming_pod("p", "made", template="tmpl")])  # made, but not yet seen
+    assert "waiting for ResourceClaim ns/made (not found)" in cycle(cache).verdicts["ns/pod:p"].message
+
+
+def test_a_template_claim_made_for_another_pod_is_not_taken(cache):
+    made = claim_spec("made", 2)
+    made["metadata"]["ownerReferences"] = [{"apiVersion": "v1", "kind": "Pod", "name": "q", "uid": "q",
+                                            "controller": True}]
+    served(cache, claims=[made], pods=[claiming_pod("p", "made", template="tmpl")])
+    assert "was not made for this pod" in cycle(cache).verdicts["ns/pod:p"].message
+    made["metadata"]["ownerReferences"][0]["uid"] = "p"
+    served(cache, claims=[made], pods=[claiming_pod("p", "made", template="tmpl")])
+    assert len(cycle(cache).bindings) == 1
+
+
+def test_request_selectors_limit_the_gpus_and_say_so_when_none_fit(cache):
+    slice_ = dra.resource_slice(NODE, TOPOLOGY)
+    for k in (5, 6, 7):  # three of the GPUs are another model
+        slice_["spec"]["devices"][k]["attributes"]["productName"] = {"string": "A100"}
+    picky = "device.attributes['gpu.nvidia.com'].productName == 'A100'"
+    served(cache, slices=[slice_], claims=[claim_spec("a", 2, [picky])], pods=[claiming_pod("p", "a")])
+    (binding,) = cycle(cache).bindings
+    a100 = {TOPOLOGY.gpus[i].index for i in range(8) if dra.minor(TOPOLOGY, i) in (0, 1, 2)}
+    assert set(binding.gpu_ids) <= a100
+    served(cache, slices=[slice_], claims=[claim_spec("a", 4, [picky])], pods=[claiming_pod("p", "a")])
+    verdict = cycle(cache).verdicts["ns/pod:p"]
+    assert "node(s) had no 4 devices of class gpu.nvidia.com matching its claims" in verdict.message
+
+
+def test_match_attribute_keeps_the_devices_on_one_value(cache):
+    slice_ = dra.resource_slice(NODE, TOPOLOGY)
+    for k, gpu in enumerate(slice_["spec"]["devices"]):
+        gpu["attributes"]["productName"] = {"string": "X" if k % 2 else "Y"}
+    constraint = {"matchAttribute": ATTR}
+    served(cache, slices=[slice_], claims=[claim_spec("m", 3, constraints=[constraint])],
+           pods=[claiming_pod("p", "m")])
+    (binding,) = cycle(cache).bindings
+    names = {d.device for d in binding.claims[0].devices}
+    values = {d["attributes"]["productName"]["string"] for d in slice_["spec"]["devices"] if d["name"] in names}
+    assert len(names) == 3 and len(values) == 1
+
+
+def test_an_unsupported_form_is_refused_with_its_reason_and_never_guessed(cache):
+    all_mode = claim_spec("all", requests=[{"name": "gpus", "exactly": {"deviceClassName": dra.GPU_CLASS,
+                                                                         "allocationMode": "All"}}])
+    served(cache, claims=[all_mode], pods=[claiming_pod("p", "all")])
+    plan = cycle(cache)
+    assert not plan.bindings
+    assert "asks allocationMode All; this version allocates ExactCount only" in plan.verdicts["ns/pod:p"].message
+
+
+def test_devices_allocated_by_someone_else_are_never_chosen(cache):
+    taken = [device(i) for i in range(6)]
+    served(cache, claims=[claim_json("theirs", taken), claim_spec("mine", 2)], pods=[claiming_pod("p", "mine")])
+    (binding,) = cycle(cache).bindings
+    assert {d.device for d in binding.claims[0].devices}.isdisjoint(taken)
+
+
+def test_a_shared_claim_is_allocated_once_and_the_other_pod_follows_it(cache):
+    served(cache, claims=[claim_spec("shared", 2)], pods=[claiming_pod("a", "shared"), claiming_pod("b", "shared")])
+    plan = cycle(cache)
+    (binding,) = plan.bindings
+    assert binding.pod_name == "a" and binding.claims[0].allocate
+    assert "is shared with pod a, which allocates it" in plan.verdicts["ns/pod:b"].message
+    # a is bound and its allocation seen: b joins the claim on that node, asking no device
+    allocated = claim_spec("shared", 2, allocation=dra.allocation(NODE, [d.device for d in binding.claims[0].devices]),
+                           reservedFor=[{"resource": "pods", "name": "a", "uid": "a"}])
+    served(cache, claims=[allocated], pods=[claiming_pod("a", "shared", node=NODE), claiming_pod("b", "shared")])
+    demand = cache.state.pods["b"].device_demand
+    assert (demand.count, demand.node, demand.reserve) == (0, NODE, ("ns/shared",))
+    (joined,) = cycle(cache).bindings
+    assert joined.pod_name == "b" and joined.node_name == NODE and joined.gpu_ids == ()
+    assert [(c.name, c.allocate, c.devices) for c in joined.claims] == [("shared", False, ())]
+
+
+def test_a_claim_being_written_for_one_pod_is_not_allocated_again_for_another(cache):
+    served(cache, claims=[claim_spec("shared", 2)], pods=[claiming_pod("a", "shared"), claiming_pod("b", "shared")])
+    cache.assume("a", NODE, (0, 1))
+    assert "to show the allocation made for pod a" in cache.state.pods["b"].device_demand.problem
+
+
+def test_a_pod_asking_gpus_both_ways_is_refused(cache):
+    pod = claiming_pod("p", "c")
+    pod["spec"]["containers"][0]["resources"]["limits"] = {"nvidia.com/gpu": "1"}
+    served(cache, claims=[claim_spec("c", 1)], pods=[pod])
+    assert "serves one or the other" in cycle(cache).verdicts["ns/pod:p"].message
+
+
+def test_the_chosen_devices_count_as_used_once_assumed(cache):
+    served(cache, claims=[claim_spec("x", 4), claim_spec("y", 4)],
+           pods=[claiming_pod("p", "x"), claiming_pod("q", "y")])
+    plan = cycle(cache)
+    assert len(plan.bindings) == 2
+    used = [d.device for b in plan.bindings for d in b.devices]
+    assert len(used) == len(set(used)) == 8
+    assert mask_of(i for b in plan.bindings for i in b.gpu_ids) == 0xFF
+
+
+@FUZZ
+@given(st.sampled_from(["requests", "constraints", "config"]), json_values,
+       st.sampled_from(["exactly", "firstAvailable", "count", "selectors", "allocationMode", "matchAttribute"]))
+def test_a_hostile_claim_spec_is_read_or_refused_naming_the_field(field, value, key):
+    obj = claim_spec("c", 2)
+    devices = obj["spec"]["devices"]
+    devices[field] = value if field != "requests" else [{"name": "gpus", key: value}]
+    try:
+        claim = claim_from_json(obj)
+    except DraError:
+        return
+    assert all(1 <= r.count <= 32 and isinstance(r.device_class, str) for r in claim.requests)
+
+
+@FUZZ
+@given(json_values, json_values)
+def test_a_pod_with_hostile_claim_entries_converts(entries, statuses):
+    obj = claiming_pod("p", "c")
+    obj["spec"]["resourceClaims"] = entries
+    obj["status"]["resourceClaimStatuses"] = statuses
+    pod = pod_from_json(obj)
+    assert all(isinstance(c.claim, str) and isinstance(c.template, str) for c in pod.claims)
+
+
+def test_verdicts_count_dra_gpus_as_devices_of_their_class(cache):
+    taken = [device(i) for i in range(6)]
+    served(cache, claims=[claim_json("theirs", taken)], pods=[pod_json("plain", 4)])  # the extended-resource path
+    assert "1 node(s) had no 4 free devices of class gpu.nvidia.com." in cycle(cache).verdicts["ns/pod:plain"].message
+    served(cache, claims=[claim_json("theirs", taken), claim_spec("mine", 4)], pods=[claiming_pod("p", "mine")])
+    assert "1 node(s) had no 4 free devices of class gpu.nvidia.com." in cycle(cache).verdicts["ns/pod:p"].message
+
+
+def test_a_claim_left_allocated_and_reserved_by_a_crash_binds_its_pod_where_it_is(cache):
+    pick = [device(i) for i in (2, 3)]
+    left = claim_spec("mine", 2, allocation=dra.allocation(NODE, pick),
+                      reservedFor=[{"resource": "pods", "name": "p", "uid": "p"}])
+    served(cache, claims=[left], pods=[claiming_pod("p", "mine")])
+    (binding,) = cycle(cache).bindings
+    assert (binding.node_name, binding.claims, binding.gpu_ids) == (NODE, (), ())  # nothing more to write
+
+
+def test_on_mixed_nodes_claims_go_where_dra_serves_the_gpus(cache):
+    plugin = node_json("plugin", gpus=8)
+    listed(cache, nodes=[node_json(gpus=0), plugin], slices=[dra.resource_slice(NODE, TOPOLOGY)],
+           claims=[claim_spec("mine", 8)], pods=[claiming_pod("p", "mine"), pod_json("plain", 8)])
+    plan = cycle(cache)
+    placed = {b.pod_name: b.node_name for b in plan.bindings}
+    assert placed == {"p": NODE, "plain": "plugin"}
+    for b in plan.bindings:  # as the shell assumes them
+        cache.assume(b.pod_uid, b.node_name, b.gpu_ids)
+        cache.state.assume_allocation(b.pod_uid, b.devices)
+    assert cache.state.free("plugin")["nvidia.com/gpu"] == 0 and cache.state.free(NODE)["nvidia.com/gpu"] == 0
