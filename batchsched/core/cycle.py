@@ -284,7 +284,7 @@ def _claim_of(snapshot: Snapshot, assignment: Assignment) -> ExtendedClaim | Non
     (raises ExtendedClaimError, its gang's verdict, when it cannot have one)."""
     node = snapshot.nodes[assignment.node_name]
     demand = assignment.pod.device_demand
-    if not node.gpus_by_dra or not assignment.pod.requests.get(GPU_RESOURCE, 0) or (demand and demand.count):
+    if not node.gpus_by_dra or not assignment.pod.requests.get(GPU_RESOURCE, 0) or (demand and demand.asks_devices):
         return None  # (a pod whose own claims ask GPUs gets them there)
     return extended_claim(node, assignment.pod, assignment.gpu_ids, snapshot.cluster.dra.classes)
 

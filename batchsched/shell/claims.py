@@ -11,7 +11,8 @@ nvidia.com/gpu, before the pod is bound -- as kube-scheduler v1.37 does
    ``allocation`` (the devices the topology chooser picked, a nodeSelector
    for the node) and ``reservedFor`` the pod; on a conflict the claim is
    read again and the update retried, unless someone else allocated it;
-3. patch the pod's ``status.extendedResourceClaimStatus``.
+3. patch the pod's ``status.extendedResourceClaimStatus`` (sent beside step
+   2: both precede the binding, neither depends on the other).
 
 Only then does the scheduler bind.  A failure at any step undoes what was
 written (``delete``: the finalizer removed, then the claim deleted), and a
@@ -143,12 +144,14 @@ class ClaimWriter:
             raise ClaimError(f"creating its ResourceClaim failed: {_why(exc)}") from exc
         meta = created.get("metadata") or {}
         written = WrittenClaim(namespace, str(meta.get("name", "")), str(meta.get("uid", "")))
-        try:
-            await self._allocate(created, pod, pod_uid, claim)
-            await self._point_pod_at(namespace, pod, pod_uid, written.name, claim)
-        except ClaimError:
+        # Both before the binding, neither needs the other: one round trip, not two.
+        outcomes = await asyncio.gather(self._allocate(created, pod, pod_uid, claim),
+                                        self._point_pod_at(namespace, pod, pod_uid, written.name, claim),
+                                        return_exceptions=True)
+        failure = next((o for o in outcomes if isinstance(o, BaseException)), None)
+        if failure is not None:
             await self.delete(written)
-            raise
+            raise failure
         return written
 
     async def _allocate(self, current: dict, pod: str, pod_uid: str, claim: ExtendedClaim) -> None:

@@ -3,8 +3,9 @@ real resourceclaim controller (kube-controller-manager): claims made from
 ResourceClaimTemplates are allocated with the NVLink set batchsched chose
 (finalizer by a normal update, then one status update with allocation and
 reservedFor), a claim shared by two pods is allocated once and reserved for
-both, devices allocated by someone else are left alone, and a form batchsched
-does not allocate is refused with a condition.  Every scenario checks that
+both, devices allocated by someone else are left alone, a claim asking all devices gets
+every GPU of a node where none is taken, and a form batchsched does not
+allocate is refused with a condition.  Every scenario checks that
 no device is in two claims."""
 from __future__ import annotations
 
@@ -104,11 +105,12 @@ def test_a_claim_batchsched_does_not_allocate_is_refused_with_a_condition_and_le
         env, gpu_class, start_scheduler):
     dra_node(env, "dgx", DGX1.read_text())
     env.create({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
-                "metadata": {"name": "every", "namespace": env.namespace},
-                "spec": {"devices": {"requests": [{"name": "gpus", "exactly": {
-                    "deviceClassName": dra.GPU_CLASS, "allocationMode": "All"}}]}}})
+                "metadata": {"name": "either", "namespace": env.namespace},
+                "spec": {"devices": {"requests": [{"name": "gpus", "firstAvailable": [
+                    {"name": "four", "deviceClassName": dra.GPU_CLASS, "count": 4},
+                    {"name": "two", "deviceClassName": dra.GPU_CLASS, "count": 2}]}]}}})
     env.create(pod_group("solo", env.namespace, 1))
-    claiming_pod(env, "solo-0", group="solo", claim="every")
+    claiming_pod(env, "solo-0", group="solo", claim="either")
     start_scheduler()
 
     def condition():
@@ -117,9 +119,31 @@ def test_a_claim_batchsched_does_not_allocate_is_refused_with_a_condition_and_le
         return found[0] if found else None
     refused = wait_for("the refusal on the PodGroup", condition, timeout=30)
     assert refused["reason"] == "ResourceClaimsNotReady"
-    assert "ResourceClaim" in refused["message"] and "allocationMode All" in refused["message"]
+    assert "ResourceClaim" in refused["message"] and "firstAvailable" in refused["message"]
     assert not env.bound()
-    assert not (claim_named(env, "every").get("status") or {}).get("allocation")
+    assert not (claim_named(env, "either").get("status") or {}).get("allocation")
+
+
+def test_a_claim_asking_all_devices_gets_every_gpu_of_a_node_where_none_is_taken(env, gpu_class, start_scheduler):
+    busy, topology = dra_node(env, "busy", DGX1.read_text())
+    free, _ = dra_node(env, "free", DGX1.read_text())
+    allocated_claim(env, "theirs", busy, topology, [3])  # one GPU of busy is someone else's
+    env.create({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+                "metadata": {"name": "whole", "namespace": env.namespace},
+                "spec": {"devices": {"requests": [{"name": "gpus", "exactly": {
+                    "deviceClassName": dra.GPU_CLASS, "allocationMode": "All"}}]}}})
+    solo = claiming_pod(env, "solo", claim="whole")
+    start_scheduler()
+    wait_for("the pod bound", lambda: len(env.bound()) == 1, timeout=60)
+    assert env.bound() == {"solo": free}
+    claim = claim_named(env, "whole")
+    assert_allocated_for(claim, [solo], free)
+    assert indices_of(claim, topology) == set(range(8))
+    gpu_ids = env.pods()["solo"]["metadata"]["annotations"][constants.GPU_IDS_ANNOTATION]
+    assert {int(i) for i in gpu_ids.split(",")} == set(range(8))
+    used = [(r["pool"], r["device"]) for c in claims(env) for r in
+            ((c.get("status") or {}).get("allocation") or {}).get("devices", {}).get("results", ())]
+    assert len(used) == len(set(used)) == 9  # no device in two claims
 
 
 def test_no_member_is_bound_when_one_claim_cannot_be_allocated_and_a_refused_binding_undoes_its_claim(

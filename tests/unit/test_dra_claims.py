@@ -120,12 +120,100 @@ def test_match_attribute_keeps_the_devices_on_one_value(cache):
 
 
 def test_an_unsupported_form_is_refused_with_its_reason_and_never_guessed(cache):
-    all_mode = claim_spec("all", requests=[{"name": "gpus", "exactly": {"deviceClassName": dra.GPU_CLASS,
-                                                                         "allocationMode": "All"}}])
-    served(cache, claims=[all_mode], pods=[claiming_pod("p", "all")])
+    first = claim_spec("first", requests=[{"name": "gpus", "firstAvailable": [
+        {"name": "one", "deviceClassName": dra.GPU_CLASS}]}])
+    served(cache, claims=[first], pods=[claiming_pod("p", "first")])
     plan = cycle(cache)
     assert not plan.bindings
-    assert "asks allocationMode All; this version allocates ExactCount only" in plan.verdicts["ns/pod:p"].message
+    assert "uses firstAvailable, which this version does not allocate" in plan.verdicts["ns/pod:p"].message
+
+
+def all_of(name: str, selectors=(), constraints=(), also=None) -> dict:
+    requests = [{"name": "gpus", "exactly": {"deviceClassName": dra.GPU_CLASS, "allocationMode": "All",
+                                              "selectors": [{"cel": {"expression": e}} for e in selectors]}}]
+    return claim_spec(name, constraints=constraints, requests=requests + ([also] if also else []))
+
+
+A100 = "device.attributes['gpu.nvidia.com'].productName == 'A100'"
+
+
+def a100_slice(minors=(0, 1, 2)) -> dict:
+    slice_ = dra.resource_slice(NODE, TOPOLOGY)
+    for gpu in slice_["spec"]["devices"]:
+        if int(gpu["name"].split("-")[1]) in minors:
+            gpu["attributes"]["productName"] = {"string": "A100"}
+    return slice_
+
+
+def test_allocation_mode_all_gets_every_device_of_the_class_on_the_node(cache):
+    served(cache, claims=[all_of("whole")], pods=[claiming_pod("p", "whole")])
+    demand = cache.state.pods["p"].device_demand
+    assert demand.asks_all and demand.count == 0
+    (binding,) = cycle(cache).bindings
+    assert mask_of(binding.gpu_ids) == 0xFF
+    (allocation,) = binding.claims
+    assert sorted(d.device for d in allocation.devices) == sorted(device(i) for i in range(8))
+    assert {d.request for d in allocation.devices} == {"gpus"}
+
+
+def test_allocation_mode_all_takes_just_what_its_selectors_select(cache):
+    served(cache, slices=[a100_slice()], claims=[all_of("a100s", [A100])], pods=[claiming_pod("p", "a100s")])
+    (binding,) = cycle(cache).bindings
+    assert sorted(d.device for d in binding.claims[0].devices) == ["gpu-0", "gpu-1", "gpu-2"]
+    assert len(binding.gpu_ids) == 3
+
+
+def test_allocation_mode_all_fails_on_a_node_where_one_selected_device_is_taken(cache):
+    served(cache, slices=[a100_slice()], claims=[claim_json("theirs", ["gpu-1"]), all_of("a100s", [A100])],
+           pods=[claiming_pod("p", "a100s")])
+    plan = cycle(cache)
+    assert not plan.bindings  # never the two free ones: All is all or none
+    assert ("1 node(s) had the devices of class gpu.nvidia.com its claims ask all of not all free"
+            in plan.verdicts["ns/pod:p"].message)
+
+
+def test_allocation_mode_all_with_no_device_selected_does_not_fit(cache):
+    served(cache, claims=[all_of("none", [A100])], pods=[claiming_pod("p", "none")])
+    plan = cycle(cache)
+    assert not plan.bindings  # the API's rule: at least one device must exist on the node
+    assert ("1 node(s) had none of the devices of class gpu.nvidia.com its claims ask all of"
+            in plan.verdicts["ns/pod:p"].message)
+
+
+def test_allocation_mode_all_beside_exact_count_gets_distinct_devices(cache):
+    exact = {"name": "more", "exactly": {"deviceClassName": dra.GPU_CLASS, "count": 2}}
+    served(cache, slices=[a100_slice()], claims=[all_of("mixed", [A100], also=exact)],
+           pods=[claiming_pod("p", "mixed")])
+    (binding,) = cycle(cache).bindings
+    devices = binding.claims[0].devices
+    by_request = {r: sorted(d.device for d in devices if d.request == r) for r in ("gpus", "more")}
+    assert by_request["gpus"] == ["gpu-0", "gpu-1", "gpu-2"]
+    assert len(by_request["more"]) == 2 and set(by_request["more"]).isdisjoint(by_request["gpus"])
+    assert len(binding.gpu_ids) == 5
+
+
+def test_allocation_mode_all_is_refused_where_its_devices_do_not_share_the_matched_attribute(cache):
+    served(cache, slices=[a100_slice()], claims=[all_of("split", constraints=[{"matchAttribute": ATTR}])],
+           pods=[claiming_pod("p", "split")])
+    plan = cycle(cache)
+    assert not plan.bindings  # never the five that agree: All allocates all of them or none
+    assert ("not sharing one value of gpu.nvidia.com/productName as its matchAttribute constraint asks"
+            in plan.verdicts["ns/pod:p"].message)
+    served(cache, slices=[a100_slice(range(8))], claims=[all_of("split", constraints=[{"matchAttribute": ATTR}])],
+           pods=[claiming_pod("p", "split")])
+    assert len(cycle(cache).bindings[0].gpu_ids) == 8
+
+
+def test_two_pods_asking_all_devices_of_one_node_never_share_them(cache):
+    served(cache, claims=[all_of("x"), all_of("y")], pods=[claiming_pod("p", "x"), claiming_pod("q", "y")])
+    plan = cycle(cache)
+    (binding,) = plan.bindings
+    other = "q" if binding.pod_name == "p" else "p"
+    assert "not all free" in plan.verdicts[f"ns/pod:{other}"].message
+    cache.assume(binding.pod_uid, binding.node_name, binding.gpu_ids)
+    cache.state.assume_allocation(binding.pod_uid, binding.devices)
+    assert cache.state.free(NODE)["nvidia.com/gpu"] == 0
+    assert not cycle(cache).bindings
 
 
 def test_devices_allocated_by_someone_else_are_never_chosen(cache):
@@ -186,7 +274,8 @@ def test_a_hostile_claim_spec_is_read_or_refused_naming_the_field(field, value, 
         claim = claim_from_json(obj)
     except DraError:
         return
-    assert all(1 <= r.count <= 32 and isinstance(r.device_class, str) for r in claim.requests)
+    assert all((r.all_devices and r.count == 0 or 1 <= r.count <= 32) and isinstance(r.device_class, str)
+               for r in claim.requests)
 
 
 @FUZZ

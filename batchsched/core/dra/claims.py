@@ -102,7 +102,8 @@ def join_demand(pod: PodInfo, claims: Callable[[str], ResourceClaim | None],
                     compile_selector(expression)
                 except SelectorError as exc:
                     return DeviceDemand(problem=f"ResourceClaim {clip(key, 200)} request {request.name!r}: {exc}")
-            requests.append(RequestDemand(key, request.name, request.device_class, request.count, selectors))
+            requests.append(RequestDemand(key, request.name, request.device_class, request.count, selectors,
+                                          request.all_devices))
         for constraint in claim.constraints:
             unknown = [n for n in constraint.requests if n not in names]
             if unknown:
@@ -179,21 +180,42 @@ def _masks(node: NodeInfo, demand: DeviceDemand) -> tuple[int, ...] | str:
 
 def devices_words(count: int, classes: Iterable[str], free: bool = False) -> str:
     """"4 free devices of class gpu.nvidia.com": how verdicts count DRA devices."""
-    return f"{count} {'free ' if free else ''}devices of class {', '.join(clip(n, 100) for n in sorted(set(classes)))}"
+    return f"{count} {'free ' if free else ''}devices of class {_names(classes)}"
+
+
+def _names(classes: Iterable[str]) -> str:
+    return ", ".join(clip(n, 100) for n in sorted(set(classes)))
+
+
+def _all_words(demand: DeviceDemand) -> str:
+    """"the devices of class X its claims ask all of (and 2 more)": allocationMode All."""
+    more = f" (and {demand.count} more)" if demand.count else ""
+    return f"the devices of class {_names(_classes(demand))} its claims ask all of{more}"
+
+
+def all_mask(demand: DeviceDemand, masks: Iterable[int]) -> int:
+    """The devices the demand's allocationMode All requests take: every one they select."""
+    return mask_of_all(m for m, r in zip(masks, demand.requests) if r.all_devices)
 
 
 def static_reason(node: NodeInfo, demand: DeviceDemand) -> str:
     """Why ``node`` is out for the demand whatever is free ("" if it is not)."""
     if demand.node and node.name != demand.node:
         return "node(s) were not the node its allocated ResourceClaim is on"
-    if not demand.count:
+    if not demand.asks_devices:
         return ""
     masks = eligible_masks(node, demand)
     if isinstance(masks, str):
         return masks
-    if any(m.bit_count() < r.count for m, r in zip(masks, demand.requests)) or \
-            mask_of_all(masks).bit_count() < demand.count:
+    every = all_mask(demand, masks)
+    if any(not m if r.all_devices else (m & ~every).bit_count() < r.count for m, r in zip(masks, demand.requests)) \
+            or (mask_of_all(masks) & ~every).bit_count() < demand.count:
+        if demand.asks_all:  # allocationMode All needs one device at least
+            return f"node(s) had none of {_all_words(demand)}"
         return f"node(s) had no {devices_words(demand.count, _classes(demand))} matching its claims"
+    if demand.asks_all and not attribute_groups(node, demand, masks):
+        return (f"node(s) had {_all_words(demand)} not sharing one value of "
+                f"{clip(demand.constraints[0].attribute, 100)} as its matchAttribute constraint asks")
     return ""
 
 
@@ -209,17 +231,23 @@ def _classes(demand: DeviceDemand) -> list[str]:
 
 
 def free_reason(demand: DeviceDemand) -> str:
+    if demand.asks_all:  # All fails on a node where one device it selects is taken
+        return f"node(s) had {_all_words(demand)} not all free"
     return f"node(s) had no {devices_words(demand.count, _classes(demand), free=True)}"
 
 
 def nvlink_reason(demand: DeviceDemand) -> str:
+    if demand.asks_all:
+        return f"node(s) had {_all_words(demand)} not all joined by NVLink"
     return f"node(s) had no {devices_words(demand.count, _classes(demand), free=True)} joined by NVLink"
 
 
 def attribute_groups(node: NodeInfo, demand: DeviceDemand, masks: tuple[int, ...]) -> list[tuple[int, ...]]:
     """The per-request masks under each way of meeting the matchAttribute
     constraints (every constrained request restricted to devices sharing
-    one value), the first ``MAX_GROUP_COMBINATIONS`` of them."""
+    one value), the first ``MAX_GROUP_COMBINATIONS`` of them.  An
+    allocationMode All request is never restricted: a way that would leave
+    out one of its devices is no way (the API allocates all or none)."""
     if not demand.constraints:
         return [masks]
     by_id = dra_gpus_by_id(node)
@@ -239,14 +267,17 @@ def attribute_groups(node: NodeInfo, demand: DeviceDemand, masks: tuple[int, ...
         for members, group in combo:
             for k in members:
                 restricted[k] &= group
-        combos.append(tuple(restricted))
+        if all(restricted[k] == masks[k] for k, r in enumerate(demand.requests) if r.all_devices):
+            combos.append(tuple(restricted))
     return combos
 
 
 def deal(demand: DeviceDemand, masks: tuple[int, ...], gpus: Iterable[int]) -> list[list[int]] | None:
-    """The GPUs ``gpus`` dealt to the requests (each its count, each GPU in
-    its mask), or None when they cannot be: a bipartite matching."""
-    slots = [k for k, r in enumerate(demand.requests) for _ in range(r.count)]
+    """The GPUs ``gpus`` dealt to the requests (each its count, an All
+    request every GPU of its mask; each GPU in its request's mask), or None
+    when they cannot be: a bipartite matching."""
+    slots = [k for k, r in enumerate(demand.requests)
+             for _ in range(masks[k].bit_count() if r.all_devices else r.count)]
     gpus = sorted(gpus)
     if len(gpus) != len(slots):
         return None
@@ -276,10 +307,15 @@ def restricted_rooms(room: GpuRoom, demand: DeviceDemand, groups: list[tuple[int
 
 def dealt_set(demand: DeviceDemand, free: int, masks: tuple[int, ...],
               choose: Callable[[int, int], tuple[int, ...] | None]) -> tuple[int, ...] | None:
-    """Requests whose masks differ: each in turn takes its best ``count`` of
-    what is left (``choose(allowed, k)``); None when one cannot."""
-    taken = 0
+    """Requests whose masks differ: the All requests take their whole masks
+    (all free), then each other in turn its best ``count`` of what is left
+    (``choose(allowed, k)``); None when one cannot."""
+    taken = all_mask(demand, masks)
+    if taken & ~free:
+        return None
     for request, mask in zip(demand.requests, masks):
+        if request.all_devices:
+            continue
         got = choose(free & mask & ~taken, request.count)
         if got is None:
             return None

@@ -29,8 +29,9 @@ class RequestDemand:
     claim: str  # namespace/name of its claim
     request: str  # the request's name in the claim
     device_class: str
-    count: int
+    count: int  # ExactCount's (0 with all_devices)
     selectors: tuple[str, ...]  # the class's, then the request's: CEL, all must select a device
+    all_devices: bool = False  # allocationMode All: every device of the node they select, all free
 
 
 @dataclass(frozen=True)
@@ -52,5 +53,14 @@ class DeviceDemand:
 
     @property
     def count(self) -> int:
-        """How many devices its placement allocates."""
+        """How many devices its ExactCount requests allocate (its All
+        requests add as many as a node has that they select)."""
         return sum(r.count for r in self.requests)
+
+    @property
+    def asks_devices(self) -> bool:
+        return bool(self.requests)
+
+    @property
+    def asks_all(self) -> bool:
+        return any(r.all_devices for r in self.requests)

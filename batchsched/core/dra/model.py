@@ -88,14 +88,15 @@ class AllocatedDevice:
 @dataclass(frozen=True)
 class DeviceRequest:
     """One ``spec.devices.requests[]`` entry of a claim, as far as it is read:
-    ``exactly`` with ExactCount.  ``unsupported`` says why any other form is
-    not allocated (it is never guessed at)."""
+    ``exactly`` with ExactCount or All.  ``unsupported`` says why any other
+    form is not allocated (it is never guessed at)."""
 
     name: str
     device_class: str = ""
-    count: int = 1
+    count: int = 1  # ExactCount's count (0 with all_devices)
     selectors: tuple[str, ...] = ()  # CEL expressions, as written
     unsupported: str = ""
+    all_devices: bool = False  # allocationMode All: every matching device of the node
 
 
 @dataclass(frozen=True)
@@ -260,13 +261,15 @@ def _request(raw: Any, where: str) -> DeviceRequest:
                                MAX_EXPRESSION))
     mode = exactly.get("allocationMode") or "ExactCount"
     unsupported = ""
-    if mode != "ExactCount":
+    if mode not in ("ExactCount", "All"):
         unsupported = (f"request {clip(name, 63)!r} asks allocationMode {clip(str(mode), 20)}; this version "
-                       "allocates ExactCount only")
+                       "allocates ExactCount and All")
     elif exactly.get("adminAccess"):
         unsupported = f"request {clip(name, 63)!r} asks adminAccess, which this version does not allocate"
     elif exactly.get("capacity") is not None:
         unsupported = f"request {clip(name, 63)!r} asks consumable capacity, which this version does not allocate"
+    if mode == "All":  # the API refuses a count beside All; one set anyway is not read
+        return DeviceRequest(name, device_class, 0, tuple(selectors), unsupported, all_devices=True)
     count = exactly.get("count", 1)
     if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_RESULTS:
         raise DraError(f"{where}.exactly.count must be an integer from 1 to {MAX_RESULTS}")

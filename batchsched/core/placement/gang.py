@@ -37,7 +37,7 @@ from batchsched.core import resources as res
 from batchsched.core.gangs import Gang
 from batchsched.core.model import PodInfo, TopologyPolicy
 from batchsched.core.placement.capacity import CapacityIndex, ShapeView, shape_key
-from batchsched.core.placement.gpus import GpuPick
+from batchsched.core.placement.gpus import GpuPick, charged
 from batchsched.core.resources import Resources
 from batchsched.core.topology.accounting import GpuRoom
 
@@ -157,7 +157,7 @@ def _attempt(shapes: Sequence[_Shape], capacity: CapacityIndex, reserved: Collec
             before = taken[name] if name in taken else capacity.free.get(name, {})
             room_before = room(name)
             pick = view.pick(name, before, room_before)  # a GpuPick: only fitting nodes are queued
-            left = taken[name] = res.subtract(before, view.request)
+            left = taken[name] = res.subtract(before, charged(view.request, pick, pod.device_demand))
             if room_before is not None:
                 rooms[name] = room_before.take(pick.gpus, view.request, pick.numa)
             trial.placed.append(Assignment(pod, name, pick.gpus))

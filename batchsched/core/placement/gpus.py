@@ -66,7 +66,7 @@ def static_reason(node: NodeInfo, request: Mapping[str, int], policy: TopologyPo
     """Why the node is out for this gang whatever is free there ("" if it is not)."""
     if demand is not None:
         reason = claims.static_reason(node, demand)
-        if reason or demand.count:
+        if reason or demand.asks_devices:
             return reason
     if (request.get(constants.GPU_RESOURCE, 0) and node.dra is not None
             and not node.allocatable.get(constants.GPU_RESOURCE, 0)):
@@ -81,7 +81,7 @@ def pick_gpus(node: NodeInfo, room: GpuRoom | None, request: Mapping[str, int],
     """The GPUs a pod asking ``request`` (and, when its claims ask GPUs,
     ``demand``) gets on ``node`` with ``room`` left, or why none fits.
     ``request`` must fit the node's free resources."""
-    if demand is not None and demand.count and room is not None:
+    if demand is not None and demand.asks_devices and room is not None:
         return _pick_for_claims(node, room, request, policy, demand)
     k = request.get(constants.GPU_RESOURCE, 0)
     if room is None or k == 0:
@@ -113,6 +113,15 @@ def pick_gpus(node: NodeInfo, room: GpuRoom | None, request: Mapping[str, int],
     return GpuPick(choice.gpus, numa, _quality(policy, k, choice.worst, choice.gbps, choice.numa_nodes))
 
 
+def charged(request: Mapping[str, int], pick: GpuPick | None, demand: DeviceDemand | None) -> Mapping[str, int]:
+    """What a pod asking ``request`` takes of its node's free resources with
+    ``pick``: the request, its GPUs as many as picked when an allocationMode
+    All claim takes every device it selects (their number depends on the node)."""
+    if demand is None or not demand.asks_all or pick is None:
+        return request
+    return {**request, constants.GPU_RESOURCE: len(pick.gpus)}
+
+
 def in_dra_terms(node: NodeInfo, reasons: list[str], request: Mapping[str, int]) -> list[str]:
     """On a node where DRA serves nvidia.com/gpu, GPU shortfalls said as
     devices of its DeviceClass: "node(s) had no 4 free devices of class
@@ -138,7 +147,7 @@ def _pick_for_claims(node: NodeInfo, room: GpuRoom, request: Mapping[str, int], 
     reasons = []
     for group in claims.attribute_groups(node, demand, masks):
         limited = replace(room, free=room.free & claims.mask_of_all(group))
-        if len(set(group)) == 1:
+        if len(set(group)) == 1 and not demand.asks_all:
             pick = pick_gpus(node, limited, request, policy)
         else:
             pick = _pick_in_turn(node, limited, request, policy, demand, group)

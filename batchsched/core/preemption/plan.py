@@ -32,7 +32,7 @@ from batchsched.core.gangs import Gang
 from batchsched.core.model import NodeInfo, PodInfo, TopologyPolicy
 from batchsched.core.placement.capacity import pack_score
 from batchsched.core.placement.fit import NodeFilter
-from batchsched.core.placement.gpus import GpuPick, pick_gpus, static_reason
+from batchsched.core.placement.gpus import GpuPick, charged, pick_gpus, static_reason
 from batchsched.core.preemption.policy import GANG_VICTIMS_NEVER, PreemptionPolicy, PreemptionState
 from batchsched.core.resources import Resources
 from batchsched.core.snapshot import Snapshot
@@ -251,7 +251,7 @@ def plan_preemption(snapshot: Snapshot, gangs: Mapping[str, Gang], gang: Gang,
                 gpu_room[where] = _without(gpu_room[where], snapshot.nodes[where], [victim])
             gone.add(victim.uid)
         chosen.update((unit.key, unit) for unit in extra)
-        room[node] = res.subtract(room[node], pod.requests)
+        room[node] = res.subtract(room[node], charged(pod.requests, pick, pod.device_demand))
         if pick is not None:
             gpu_room[node] = gpu_room[node].take(pick.gpus, pod.requests, pick.numa)
         nominations.append((pod, node))
