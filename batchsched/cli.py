@@ -127,8 +127,8 @@ def _add_connection_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--context", help="kubeconfig context to use (default: its current-context)")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="batchsched", description=__doc__)
+def build_parser(prog: str = "batchsched") -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__)
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -190,8 +190,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+def kubectl_plugin() -> int:
+    """``kubectl batchsched ...``: kubectl runs ``kubectl-batchsched`` from PATH
+    with the words after ``batchsched`` (and $KUBECONFIG as it has it)."""
+    return main(prog="kubectl batchsched")
+
+
+def main(argv: list[str] | None = None, prog: str = "batchsched") -> int:
+    parser = build_parser(prog)
     args = parser.parse_args(argv)
     if args.command == "explain" and args.gang and args.all_namespaces:
         parser.error("explain: -A lists the waiting gangs of every namespace; it takes no TARGET")

@@ -161,3 +161,26 @@ def test_explain_prints_each_warning_once(env, kubeconfig, tmp_path):
     assert out.returncode == 0, out.stderr
     warnings = [line for line in out.stderr.splitlines() if bad in line]
     assert len(warnings) == 1, out.stderr
+
+
+def test_kubectl_runs_explain_as_its_batchsched_plugin(env, kubeconfig, kubectl, tmp_path):
+    """`kubectl batchsched explain NS/NAME`: kubectl finds `kubectl-batchsched`
+    (the package's console script) on PATH and hands it the rest."""
+    plugin = Path(sys.executable).parent / "kubectl-batchsched"
+    assert plugin.exists(), f"{plugin} is missing: the package is not installed (pip install -e .)"
+    env.add_node("gpu0", gpus=4)
+    make_gang(env, "train", 2, gpus=8, cpu="1")
+    environment = {k: v for k, v in os.environ.items() if k not in ("KUBERNETES_SERVICE_HOST",)}
+    environment.update(KUBECONFIG=write(tmp_path / "config", working_config(kubeconfig)),
+                       PATH=f"{plugin.parent}{os.pathsep}{Path(kubectl).parent}{os.pathsep}/usr/bin:/bin",
+                       PYTHONPATH=str(ROOT), HOME=str(tmp_path))
+    listed = subprocess.run([kubectl, "plugin", "list"], capture_output=True, text=True, timeout=60, env=environment)
+    assert str(plugin) in listed.stdout, listed.stdout + listed.stderr
+    out = subprocess.run([kubectl, "batchsched", "explain", f"{env.namespace}/train"], capture_output=True,
+                         text=True, timeout=60, env=environment)
+    assert out.returncode == 0, out.stderr
+    assert f"Gang {env.namespace}/train: minMember 2" in out.stdout
+    assert "Exceeds cluster capacity" in out.stdout
+    usage = subprocess.run([kubectl, "batchsched", "--help"], capture_output=True, text=True, timeout=60,
+                           env=environment)
+    assert usage.stdout.startswith("usage: kubectl batchsched")

@@ -29,7 +29,6 @@ def test_simulate_without_arguments_runs_the_embedded_default(tmp_path):
 
 
 def test_files_policies_and_plots(tmp_path, capsys):
-    pytest.importorskip("matplotlib")
     (tmp_path / "c.yaml").write_text(SMALL_CLUSTER)
     (tmp_path / "w.csv").write_text(SMALL_WORKLOAD)
     code = main(["simulate", "--cluster", str(tmp_path / "c.yaml"), "--workload", str(tmp_path / "w.csv"),
