@@ -76,6 +76,13 @@ def not_leader(method: str, path: str, when: str) -> ApiError:
     return ApiError(503, "NotLeader", f"the leader lease lapsed {when}: {method} {path} not completed", {})
 
 
+class TransportError(OSError):
+    """A connection that failed midway (the server disconnected, a body cut
+    short): aiohttp raises these as ClientErrors that are not OSErrors, so
+    the adapter raises them as one, and every caller's OSError handler,
+    which is there for exactly such faults, takes them."""
+
+
 class _LeaseLapsed(Exception):
     """Raised by the trace hook to abort a write before any of its bytes are sent."""
 
@@ -312,8 +319,13 @@ class Kube:
 
     async def _exchange(self, method: str, path: str, query: Mapping[str, Any] | None, body: Any,
                         content_type: str | None, timeout: float | None) -> dict:
-        resp = await self._call(method, path, query, body, content_type, timeout)
-        data = await resp.read()
+        try:
+            resp = await self._call(method, path, query, body, content_type, timeout)
+            data = await resp.read()
+        except aiohttp.ClientError as exc:
+            if isinstance(exc, OSError):
+                raise
+            raise TransportError(f"{type(exc).__name__}: {exc}") from exc
         try:
             decoded = json.loads(data) if data else {}
         except ValueError:
