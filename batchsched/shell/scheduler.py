@@ -325,7 +325,10 @@ class Scheduler:
                                  f"Binding to {r.node} failed: {message}")
             self.queue.record_bind_refused(key, time.time())
 
+        started = time.monotonic()
         await asyncio.gather(*(write_gang(k, m) for k, m in by_gang.items() if any(_has_claims(r) for r in m)))
+        log.info("ResourceClaims of %d pod(s) written in %.2f s (%d gang(s) refused)", len(written),
+                 time.monotonic() - started, len(failed))
         return [r for r in requests if r.gang_key not in failed]
 
     async def _write_claim(self, r: BindRequest) -> PodClaims:
