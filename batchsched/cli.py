@@ -89,6 +89,7 @@ def _node_agent(args: argparse.Namespace) -> int:
 
 
 def _simulate(args: argparse.Namespace) -> int:
+    from batchsched.sim.progress import TerminalProgress
     from batchsched.sim.report import PlotUnavailable, require_matplotlib, summary, write_plots
     from batchsched.sim.scenario import build_scenario, run_scenario
 
@@ -102,7 +103,7 @@ def _simulate(args: argparse.Namespace) -> int:
                               args.max_pods)
     print(f"batchsched simulate (seed {args.seed})\n{scenario.describe()}\n", flush=True)
     results = run_scenario(scenario, [p.strip() for p in args.policies.split(",") if p.strip()], args.seed,
-                           plot=bool(args.plot))
+                           plot=bool(args.plot), progress=TerminalProgress.if_terminal(sys.stderr))
     print(summary(results))
     print("batchsched runs the real decision core; the baselines are batchsched/sim/baselines.py. "
           "Every figure is defined in docs/simulator.md.")

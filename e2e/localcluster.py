@@ -211,6 +211,8 @@ def component_builds() -> dict[str, GoBuild]:
                         {"etcd": "go.etcd.io/etcd/server/v3"}),
         "kwok": GoBuild("sigs.k8s.io/kwok", v["KWOK_VERSION"],
                         {"kwok": "sigs.k8s.io/kwok/cmd/kwok"}),
+        "helm": GoBuild("helm.sh/helm/v3", v["HELM_VERSION"], {"helm": "helm.sh/helm/v3/cmd/helm"},
+                        ldflags=f"-s -w -X helm.sh/helm/v3/internal/version.version={v['HELM_VERSION']}"),
     }
 
 

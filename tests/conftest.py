@@ -139,6 +139,12 @@ def kubectl() -> str:
 
 
 @pytest.fixture(scope="session")
+def helm() -> str:
+    """helm built from helm.sh/helm/v3 with the control plane (charts/batchsched's tests)."""
+    return str(localcluster.build_all()["helm"])
+
+
+@pytest.fixture(scope="session")
 def shared_dir() -> Path:
     if not SHARED.is_dir():
         pytest.skip(f"shared data not present at {SHARED} (tests reading ../shared skip without it)")

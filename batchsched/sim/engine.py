@@ -51,6 +51,7 @@ from batchsched.core.topology.accounting import dra_gpus_by_id, gpu_id_count
 from batchsched.core.topology.choose import mask_of
 from batchsched.sim.cluster import DraObjects
 from batchsched.sim.metrics import Recorder, SimResult
+from batchsched.sim.progress import TerminalProgress
 from batchsched.sim.workload import Job, pod_group_object, pod_object, to_unix
 
 
@@ -273,6 +274,8 @@ class Simulation:
         self.runs = {job.key: _JobRun(job, [], [], job.duration) for job in jobs}
         self.by_pod: dict[str, _JobRun] = {}
         self.busy_gpus = 0  # GPUs held by running jobs
+        self.total_pods = sum(job.pods for job in jobs)
+        self.placed: set[tuple[str, int]] = set()  # (job, pod index) bound at least once
         self.now = min((j.arrival for j in jobs), default=0.0)
         self.recorder = Recorder(self.cluster, jobs, policy.name)
         self._events: list[_Event] = []
@@ -292,9 +295,11 @@ class Simulation:
 
     # ---- the loop ---------------------------------------------------------------
 
-    def run(self, until: float = math.inf) -> SimResult:
-        """Run until nothing more happens, or up to simulated time ``until``."""
+    def run(self, until: float = math.inf, progress: TerminalProgress | None = None) -> SimResult:
+        """Run until nothing more happens, or up to simulated time ``until``;
+        ``progress`` shows how far it got while it works."""
         last_cycle, last_change, dirty = -math.inf, self.now, True
+        start = self.now
         while True:
             next_event = self._events[0].time if self._events else math.inf
             if dirty:
@@ -325,6 +330,10 @@ class Simulation:
                 dirty, last_change = True, self.now
                 self.recorder.observe(self.now, self.busy_gpus)
             self.recorder.reserved(self.now, plan.reservation)
+            if progress is not None:
+                progress.update(self.policy.name, self.now - start, len(self.placed), self.total_pods)
+        if progress is not None:
+            progress.done()
         return self.recorder.result(self.now)
 
     def _handle(self, event: _Event) -> bool:
@@ -384,6 +393,7 @@ class Simulation:
 
     def _bound(self, pod: PodInfo) -> None:
         run = self.by_pod[pod.uid]
+        self.placed.add((run.job.key, run.members.index(pod.uid)))
         self.recorder.bound(pod, self.cluster.nodes[pod.node_name])
         self._hold(run, pod.requests.get(constants.GPU_RESOURCE, 0))
         if not run.running and self._bound_members(run) >= run.job.min_member:
@@ -441,5 +451,6 @@ class Simulation:
 
 
 def simulate(nodes: dict[str, NodeInfo], jobs: list[Job], policy: Policy, options: SimOptions = SimOptions(),
-             scheduler_name: str = constants.DEFAULT_SCHEDULER_NAME, dra: DraObjects = DraObjects()) -> SimResult:
-    return Simulation(nodes, jobs, policy, options, scheduler_name, dra).run()
+             scheduler_name: str = constants.DEFAULT_SCHEDULER_NAME, dra: DraObjects = DraObjects(),
+             progress: TerminalProgress | None = None) -> SimResult:
+    return Simulation(nodes, jobs, policy, options, scheduler_name, dra).run(progress=progress)

@@ -11,6 +11,7 @@ from batchsched.sim.cluster import DEFAULTS, NodeGroup, build_dra, build_nodes, 
 from batchsched.sim.engine import Policy, SimOptions, simulate
 from batchsched.sim.files import InputError
 from batchsched.sim.metrics import SimResult
+from batchsched.sim.progress import TerminalProgress
 from batchsched.sim.policies import NAME as BATCHSCHED, BatchschedPolicy
 from batchsched.sim.workload import Job, describe_workload, load_workload
 
@@ -92,9 +93,10 @@ def policy_for(name: str, config: SchedulerConfig, seed: int) -> Policy:
 
 
 def run_scenario(scenario: Scenario, policies: list[str] = list(POLICIES), seed: int = 1,
-                 plot: bool = False) -> list[SimResult]:
+                 plot: bool = False, progress: TerminalProgress | None = None) -> list[SimResult]:
     """One simulation per policy, on the same nodes and jobs; ``plot``
-    also records per-node occupancy for the charts."""
+    also records per-node occupancy for the charts; ``progress`` shows each
+    run's progress."""
     unknown = [p for p in policies if p not in POLICIES]
     if unknown or not policies:
         raise InputError(f"unknown policy {unknown[0]!r} (known: {', '.join(POLICIES)})" if unknown
@@ -102,4 +104,4 @@ def run_scenario(scenario: Scenario, policies: list[str] = list(POLICIES), seed:
     nodes, dra = build_nodes(scenario.cluster), build_dra(scenario.cluster)
     options = SimOptions(occupancy_samples=OCCUPANCY_SAMPLES if plot else 0)
     return [simulate(nodes, scenario.jobs, policy_for(name, scenario.config, seed), options,
-                     scenario.config.scheduler_name, dra) for name in policies]
+                     scenario.config.scheduler_name, dra, progress) for name in policies]

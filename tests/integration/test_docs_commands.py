@@ -81,12 +81,13 @@ def delete_what_the_document_left(kube, namespaces_before: set[str], workloads_b
 
 
 @pytest.mark.parametrize("document", WITH_COMMANDS)
-def test_every_command_of_the_document_runs(document, kube, kubeconfig, kubectl, tmp_path):
+def test_every_command_of_the_document_runs(document, kube, kubeconfig, kubectl, helm, tmp_path):
     doc = PARSED[document]
     assert doc.problems == [], "\n".join(doc.problems)
     tools = tmp_path / "bin"
     tools.mkdir()
     (tools / "kubectl").symlink_to(kubectl)
+    (tools / "helm").symlink_to(helm)
     checkout = scratch_checkout(tmp_path)
     env = {**os.environ, "KUBECONFIG": kubeconfig, "PYTHONPATH": str(checkout),
            "PATH": os.pathsep.join([str(tools), str(Path(sys.executable).parent), os.environ["PATH"]])}

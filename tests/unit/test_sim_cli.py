@@ -1,10 +1,13 @@
 """`batchsched simulate`: the README's first command, and its options."""
+import io
 import subprocess
 import sys
 
 import pytest
 
 from batchsched.cli import main
+from batchsched.sim.progress import TerminalProgress
+from batchsched.sim.scenario import build_scenario, run_scenario
 
 SMALL_CLUSTER = "nodes:\n  - {name: n, count: 2, gpus: 8, topology: dgx-h100}\n"
 SMALL_WORKLOAD = ("name,arrival,duration,pods,gpus\n"
@@ -85,3 +88,24 @@ def test_missing_traces_name_the_file_and_where_it_is_looked_for(tmp_path, monke
     err = capsys.readouterr().err
     assert err.startswith("batchsched: traces/pollux-workload-via-blox/workload-6.csv: no such file; ")
     assert "$BATCHSCHED_TRACE_DIR" in err and err.count("\n") == 1
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_a_run_shows_its_progress_on_a_terminal_and_erases_it(tmp_path):
+    (tmp_path / "c.yaml").write_text(SMALL_CLUSTER)
+    (tmp_path / "w.csv").write_text(SMALL_WORKLOAD)
+    scenario = build_scenario(tmp_path / "c.yaml", tmp_path / "w.csv", None, None, None, 1, None)
+    ticks = iter(range(10_000))
+    stream = Terminal()
+    run_scenario(scenario, ["batchsched", "binpack"], progress=TerminalProgress(stream, interval=1,
+                                                                              clock=lambda: next(ticks)))
+    shown = stream.getvalue()
+    assert "batchsched: " in shown and "binpack: " in shown and " simulated, " in shown
+    total = sum(job.pods for job in scenario.jobs)
+    assert f"{total}/{total} pods placed" in shown  # every pod of the small workload is placed
+    assert shown.endswith("\r\033[K")  # erased at the end: the summary starts on a clean line
+    assert TerminalProgress.if_terminal(io.StringIO()) is None  # piped: nothing is drawn
