@@ -35,7 +35,7 @@ async def _explain(args: argparse.Namespace) -> int:
     namespace = args.namespace or target.namespace
     kube = Kube.over(target.configuration)
     try:
-        cache = ClusterCache(config.scheduler_name, config.node_selector)
+        cache = ClusterCache(config.scheduler_name, config.node_selector, config.also_serves)
         for reflector in cache.reflectors(kube):
             try:
                 await reflector.list_once()

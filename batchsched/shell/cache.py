@@ -34,7 +34,7 @@ import dataclasses
 import json
 import logging
 import time
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import aiohttp
 
@@ -195,8 +195,12 @@ class Reflector:
 
 
 class ClusterCache:
-    def __init__(self, scheduler_name: str, node_selector: Mapping[str, str] | None = None):
+    def __init__(self, scheduler_name: str, node_selector: Mapping[str, str] | None = None,
+                 also_serves: Iterable[str] = ()):
         self.scheduler_name = scheduler_name
+        # Other schedulerNames whose pods are ours too (config schedulerNames):
+        # such a pod is held under scheduler_name, so the core sees one name.
+        self.also_serves = frozenset(also_serves) - {scheduler_name}
         self.node_selector = dict(node_selector or {})
         self.state = ClusterState(scheduler_name)
         self.groups_raw: dict[str, dict] = {}
@@ -249,7 +253,10 @@ class ClusterCache:
 
     def _parse_pod(self, obj: dict) -> PodInfo | None:
         try:
-            return pod_from_json(obj)
+            pod = pod_from_json(obj)
+            if pod.scheduler_name in self.also_serves:
+                pod = dataclasses.replace(pod, scheduler_name=self.scheduler_name)
+            return pod
         except Exception as exc:  # noqa: BLE001 - whatever a hostile pod holds, it alone is skipped
             meta = obj.get("metadata") or {}
             log.warning("ignoring pod %s/%s: %s", meta.get("namespace"), meta.get("name"), exc)

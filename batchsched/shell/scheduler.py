@@ -54,7 +54,7 @@ class Scheduler:
         self.kube = kube
         self.config = config
         self.core_config = config.core()
-        self.cache = ClusterCache(config.scheduler_name, config.node_selector)
+        self.cache = ClusterCache(config.scheduler_name, config.node_selector, config.also_serves)
         self.reflectors = self.cache.reflectors(kube)
         self.queue = GangQueue.from_config(self.core_config)
         self.binder = Binder(kube, config.binding.parallelism, config.binding.retries)
@@ -107,9 +107,9 @@ class Scheduler:
             await asyncio.gather(*(r.synced.wait() for r in self.reflectors))
             self.on_synced()
             self.ready.set()
-            log.info("caches synced: %d nodes, %d pods, %d PodGroups; scheduling as %r",
+            log.info("caches synced: %d nodes, %d pods, %d PodGroups; scheduling as %s",
                      len(self.cache.nodes), len(self.cache.pods), len(self.cache.groups_raw),
-                     self.config.scheduler_name)
+                     ", ".join(map(repr, self.config.scheduler_names)))
             if self.leading is not None and not self.leading.is_set():
                 log.info("standing by until this replica holds the leader lease")
                 await self.leading.wait()
