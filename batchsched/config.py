@@ -15,6 +15,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from batchsched.api import constants
+from batchsched.core import gangsources
 from batchsched.core.config import CoreConfig
 from batchsched.core.preemption.policy import PreemptionPolicy
 
@@ -131,6 +132,17 @@ def _check_scheduler_name(name: str) -> str:
     return name
 
 
+class GangSourcesConfig(_Strict):
+    """The foreign PodGroup conventions read beside our own (docs/integrations.md)."""
+
+    scheduler_plugins: bool = Field(True, alias="schedulerPlugins")
+    volcano: bool = True
+
+    def enabled(self) -> tuple[str, ...]:
+        return tuple(name for name, on in ((gangsources.SCHEDULER_PLUGINS, self.scheduler_plugins),
+                                           (gangsources.VOLCANO, self.volcano)) if on)
+
+
 class TopologyConfig(_Strict):
     domain_labels: list[str] = Field(default_factory=lambda: [constants.GPU_CLIQUE_LABEL], alias="domainLabels")
 
@@ -147,6 +159,7 @@ class SchedulerConfig(_Strict):
     binding: BindingConfig = Field(default_factory=BindingConfig)
     preemption: PreemptionConfig = Field(default_factory=PreemptionConfig)
     topology: TopologyConfig = Field(default_factory=TopologyConfig)
+    gang_sources: GangSourcesConfig = Field(default_factory=GangSourcesConfig, alias="gangSources")
     status_min_interval_seconds: float = Field(1.0, alias="statusMinIntervalSeconds", ge=0, le=MAX_SECONDS)
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", alias="logLevel")
     log_format: Literal["text", "json"] = Field("text", alias="logFormat")
