@@ -16,6 +16,7 @@ from batchsched.core.model import pod_from_json
 from batchsched.core.queueing.queue import GangQueue
 from batchsched.core.status import Counters
 from batchsched.shell.cache import ClusterCache
+from tests.support.frameworks import kuberay_volcano_cluster, mpi_operator_job
 from tests.unit.cache_support import relist
 from tests.unit.helpers import node
 
@@ -33,10 +34,15 @@ def pod_json(name: str, *, labels=None, annotations=None, scheduler="batchsched"
             "status": {"phase": "Pending"}}
 
 
+def listed(objects: list[dict]) -> list[dict]:
+    """Objects as the API server lists them: with a uid and a creation time."""
+    for obj in objects:
+        obj["metadata"].update(uid=f"uid-{obj['metadata']['name']}", creationTimestamp="2024-01-01T00:00:00Z")
+    return objects
+
+
 def mpi_operator_pods(job: str, workers: int, scheduler="batchsched") -> list[dict]:
-    """MPI Operator with --gang-scheduling=<scheduler>: the label on launcher and workers."""
-    return [pod_json(f"{job}-launcher", labels={SP_LABEL: job}, scheduler=scheduler, gpus=0)] + [
-        pod_json(f"{job}-worker-{i}", labels={SP_LABEL: job}, scheduler=scheduler) for i in range(workers)]
+    return listed(mpi_operator_job(job, "train", workers, 8, scheduler)[1])
 
 
 def sp_group(name: str, ns="train", **spec) -> dict:
@@ -45,13 +51,7 @@ def sp_group(name: str, ns="train", **spec) -> dict:
 
 
 def kuberay_volcano_pods(cluster: str, workers: int) -> list[dict]:
-    """KubeRay's Volcano mode: annotation, task-spec and queue, schedulerName volcano."""
-    group = f"ray-{cluster}-pg"
-    head = pod_json(f"{cluster}-head", annotations={VOLCANO_ANNOTATION: group, "volcano.sh/task-spec": "headgroup"},
-                    labels={"volcano.sh/queue-name": "default"}, scheduler="volcano", gpus=0)
-    return [head] + [pod_json(f"{cluster}-worker-{i}", scheduler="volcano", labels={"volcano.sh/queue-name": "default"},
-                              annotations={VOLCANO_ANNOTATION: group, "volcano.sh/task-spec": "gpu-workers"})
-                     for i in range(workers)]
+    return listed(kuberay_volcano_cluster(cluster, "train", workers, 8)[1])
 
 
 def volcano_group(name: str, ns="train", **spec) -> dict:
@@ -239,7 +239,7 @@ def test_a_foreign_gang_binds_whole_once_its_quorum_exists_and_not_before():
                                "and schedulerName batchsched in train)")
     relist(cache, "pods", pods)
     plan = schedule_cycle(cache.snapshot(1.0), GangQueue())
-    assert sorted(b.pod_name for b in plan.bindings) == ["c-head", "c-worker-0", "c-worker-1"]
+    assert sorted(b.pod_name for b in plan.bindings) == ["c-gpu-worker-0", "c-gpu-worker-1", "c-head"]
     assert len({b.node_name for b in plan.bindings if b.pod_name != "c-head"}) == 2  # 8 GPUs each
 
 
