@@ -203,6 +203,14 @@ def no_members_message(cluster: ClusterState, namespace: str, group: str, min_me
     return message + "."
 
 
+def _not_found(key: str, pod: PodInfo) -> str:
+    if not pod.group_source:
+        return f"PodGroup {key} not found"
+    source = SOURCES[pod.group_source]
+    return (f"PodGroup {pod.namespace}/{pod.group} ({source.api_version}, named by the pod's "
+            f"{source.membership(pod.group)}) not found")
+
+
 def _claims_wait(pod: PodInfo) -> str:
     return pod.device_demand.problem if pod.device_demand is not None else ""
 
@@ -217,7 +225,7 @@ def _gang(key: str, members: list[PodInfo], snapshot: Snapshot, foreign: tuple[P
         elif key in snapshot.groups:
             spec = snapshot.groups[key]
         else:
-            problem = GangProblem(REASON_GROUP_NOT_FOUND, f"PodGroup {key} not found")
+            problem = GangProblem(REASON_GROUP_NOT_FOUND, _not_found(key, first))
     implicit = spec is None
     if spec is None:
         spec = GroupSpec(namespace=first.namespace, name=first.group or key.split("/", 1)[1], min_member=1,

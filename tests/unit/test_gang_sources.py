@@ -303,3 +303,27 @@ def test_status_goes_to_a_foreign_podgroup_only_while_pods_of_ours_are_in_it():
     assert status_path("train/scheduler-plugins:pi") == (
         "/apis/scheduling.x-k8s.io/v1alpha1/namespaces/train/podgroups/pi/status")
     assert status_path("train/pi") == "/apis/scheduling.batchsched.io/v1alpha1/namespaces/train/podgroups/pi/status"
+
+
+def test_a_pod_naming_a_foreign_podgroup_that_is_not_there_says_which_api_it_looked_in():
+    cache = asyncio.run(new_cache())
+    relist(cache, "pods", kuberay_volcano_pods("c", 1))
+    plan = schedule_cycle(cache.snapshot(0.0), GangQueue())
+    verdict = plan.verdicts["train/volcano:ray-c-pg"]
+    assert (verdict.reason, verdict.message) == ("PodGroupNotFound", (
+        "PodGroup train/ray-c-pg (scheduling.volcano.sh/v1beta1, named by the pod's annotation "
+        "scheduling.k8s.io/group-name=ray-c-pg) not found"))
+    assert plan.bindings == []
+
+
+def test_a_status_write_that_bumps_a_volcano_podgroups_generation_changes_nothing_the_core_sees():
+    cache = asyncio.run(new_cache())
+    relist(cache, "podgroups.scheduling.volcano.sh", [volcano_group("ray-c-pg", minMember=2)])
+    held = cache.groups["train/volcano:ray-c-pg"]
+    cache.drain_changes()
+    written = volcano_group("ray-c-pg", minMember=2)
+    written["metadata"]["generation"] = 2
+    written["status"] = {"phase": "Inqueue"}
+    cache._apply_group("MODIFIED", written, source="volcano")
+    assert cache.groups["train/volcano:ray-c-pg"] is held
+    assert cache.drain_changes() == (set(), False)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from batchsched.core import resources as res
+from batchsched.core.gangsources import SOURCES
 from batchsched.core.model import GroupSpec, parse_time
 
 # As our own PodGroup's bound (batchsched.api.podgroup): beyond it is a typo or hostile.
@@ -29,6 +30,7 @@ def group_spec(obj: Mapping[str, Any], source: str, min_member: int, min_resourc
         source=source,
         created=parse_time(meta.get("creationTimestamp")),
         min_resources=resources,
-        generation=int(meta.get("generation") or 0),
+        # Without a status subresource every status write bumps the generation: only a spec change counts.
+        generation=int(meta.get("generation") or 0) if SOURCES[source].status_subresource else 0,
         priority_class=priority_class,
     )
