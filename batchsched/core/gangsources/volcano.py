@@ -1,10 +1,11 @@
 """Volcano's PodGroup (``scheduling.volcano.sh/v1beta1``): its spec read into
 a GroupSpec, and its status in its own vocabulary.
 
-``queue`` is validated and not used (batchsched has no queues of its own
-yet), nor is ``minTaskMember`` beyond its validation: batchsched places
-``minMember`` members at once whatever their task roles; KubeRay's and
-Trainer's PodGroups ask every pod, so each role is whole anyway.
+``queue`` and ``minTaskMember`` are validated, not applied: batchsched has
+no queues of its own yet, and it places ``minMember`` members at once
+whatever their task roles (KubeRay's and Trainer's PodGroups ask for every
+pod, so each role is whole anyway).  ``networkTopology`` and
+``subGroupPolicy`` are not read.
 """
 from __future__ import annotations
 
@@ -18,7 +19,9 @@ from batchsched.core.gangsources.foreign import MAX_MIN_MEMBER, group_spec
 from batchsched.core.model import GroupSpec
 from batchsched.core.status import Counters
 
-DnsName = Annotated[str, Field(min_length=1, max_length=253, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")]
+# A Queue's name: a DNS-1123 subdomain, as object names are.
+QueueName = Annotated[str, Field(min_length=1, max_length=253,
+                                 pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")]
 MAX_TASKS = 64
 Count = Annotated[int, Field(ge=0, le=MAX_MIN_MEMBER, strict=True)]
 
@@ -30,13 +33,7 @@ class Spec(ApiModel):
     min_resources: dict[ResourceName, Quantity] | None = Field(None, alias="minResources",
                                                                  max_length=MAX_MIN_RESOURCES)
     priority_class_name: Annotated[str, Field(max_length=253)] | None = Field(None, alias="priorityClassName")
-    queue: DnsName | None = None
-
-
-def priority_class_name(obj: Mapping[str, Any]) -> str:
-    """The PriorityClass the PodGroup names ("" none), for the caller to resolve."""
-    name = (obj.get("spec") or {}).get("priorityClassName") if isinstance(obj.get("spec"), dict) else None
-    return name if isinstance(name, str) else ""
+    queue: QueueName | None = None
 
 
 def group_from_json(obj: Mapping[str, Any], priority: int | None = None) -> GroupSpec:
