@@ -18,7 +18,6 @@ from batchsched.core.status import Counters
 from batchsched.shell.cache import ClusterCache
 from tests.support.frameworks import kuberay_volcano_cluster, mpi_operator_job
 from tests.unit.cache_support import relist
-from tests.unit.helpers import node
 
 OWN_LABEL = "scheduling.batchsched.io/pod-group"
 SP_LABEL = "scheduling.x-k8s.io/pod-group"
