@@ -283,7 +283,8 @@ def test_status_goes_to_a_foreign_podgroup_only_while_pods_of_ours_are_in_it():
     from batchsched.config import SchedulerConfig
     from batchsched.shell.scheduler import Scheduler, status_path
 
-    scheduler = Scheduler(kube=None, config=SchedulerConfig(schedulerNames=["batchsched", "volcano"]))  # type: ignore[arg-type]
+    config = SchedulerConfig(schedulerNames=["batchsched", "volcano"])
+    scheduler = Scheduler(kube=None, config=config)  # type: ignore[arg-type]  # the loop ends before anything is sent
     cache = scheduler.cache
     relist(cache, "podgroups.scheduling.x-k8s.io", [sp_group("theirs", minMember=2)])
     relist(cache, "podgroups.scheduling.volcano.sh", [volcano_group("ray-c-pg", minMember=3)])
@@ -298,7 +299,8 @@ def test_status_goes_to_a_foreign_podgroup_only_while_pods_of_ours_are_in_it():
     assert list(pending) == ["train/volcano:ray-c-pg"]  # "theirs" is scheduler-plugins' own scheduler's
     assert pending["train/volcano:ray-c-pg"]["phase"] == "Inqueue"
     assert pending["train/volcano:ray-c-pg"]["conditions"][0]["reason"] == "NotEnoughTasks"
-    assert status_path("train/volcano:ray-c-pg") == "/apis/scheduling.volcano.sh/v1beta1/namespaces/train/podgroups/ray-c-pg"
+    assert status_path("train/volcano:ray-c-pg") == (
+        "/apis/scheduling.volcano.sh/v1beta1/namespaces/train/podgroups/ray-c-pg")
     assert status_path("train/scheduler-plugins:pi") == (
         "/apis/scheduling.x-k8s.io/v1alpha1/namespaces/train/podgroups/pi/status")
     assert status_path("train/pi") == "/apis/scheduling.batchsched.io/v1alpha1/namespaces/train/podgroups/pi/status"
