@@ -328,3 +328,46 @@ def test_a_status_write_that_bumps_a_volcano_podgroups_generation_changes_nothin
     cache._apply_group("MODIFIED", written, source="volcano")
     assert cache.groups["train/volcano:ray-c-pg"] is held
     assert cache.drain_changes() == (set(), False)
+
+
+def test_a_foreign_crd_not_installed_counts_as_empty_is_logged_once_and_is_read_once_installed(
+        monkeypatch, caplog):
+    import logging
+
+    from batchsched.shell import cache as cache_module
+    from batchsched.shell.kube import ApiError
+    from tests.unit.cache_support import PagedList
+
+    class InstalledLater(PagedList):
+        """404 for the first looks, then the CRD is there with one PodGroup."""
+        looks = 0
+
+        async def request(self, method, path, *, query, timeout=None):
+            self.looks += 1
+            if self.looks <= 3:
+                raise ApiError(404, "NotFound", "the server could not find the requested resource", {})
+            return await super().request(method, path, query=query, timeout=timeout)
+
+    monkeypatch.setattr(cache_module, "ABSENT_RECHECK_SECONDS", 0.01)
+    cache = asyncio.run(new_cache())
+    kube = InstalledLater([volcano_group("ray-c-pg", minMember=2)])
+    reflector = next(r for r in cache.reflectors(kube) if r.kind == "podgroups.scheduling.volcano.sh")
+
+    async def run_until_listed() -> bool:
+        task = asyncio.create_task(reflector.run())
+        absent_seen = False
+        for _ in range(200):
+            await asyncio.sleep(0.005)
+            absent_seen |= reflector.absent and reflector.synced.is_set()
+            if cache.groups:
+                break
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        return absent_seen
+
+    with caplog.at_level(logging.INFO):
+        assert asyncio.run(run_until_listed())  # synced while absent: nothing waits for it
+    assert list(cache.groups) == ["train/volcano:ray-c-pg"] and not reflector.absent
+    messages = [r.getMessage() for r in caplog.records]
+    assert len([m for m in messages if "are not served by the API server" in m]) == 1
+    assert "podgroups.scheduling.volcano.sh: now served; listed" in messages
