@@ -74,7 +74,7 @@ def test_deploy_passes_a_server_side_dry_run(kube, kubeconfig, kubectl):
 
 
 def test_the_service_account_may_do_nothing_beyond_scheduling_and_evicting(
-        env, kube, kubeconfig, kubectl):
+        env, kube, kubeconfig, kubectl, foreign_podgroup_crds):  # kubectl auth can-i resolves their names
     apply(kubectl, kubeconfig, [o for o in rendered(kubectl, kubeconfig, DEPLOY) if o["kind"] in RBAC_KINDS])
 
     def can(verb: str, resource: str, *extra: str) -> bool:
