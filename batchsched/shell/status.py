@@ -114,6 +114,7 @@ class StatusWriter:
     async def _write(self, key: str, status: dict) -> None:
         try:
             await self.kube.merge_patch(self.path_of(key), {"status": status})
+            log.debug("status of PodGroup %s written: phase %s", key, status.get("phase"))
             self._written[key] = status
             self._last_write[key] = time.monotonic()
             self.writes += 1
