@@ -35,12 +35,14 @@ async def _explain(args: argparse.Namespace) -> int:
     namespace = args.namespace or target.namespace
     kube = Kube.over(target.configuration)
     try:
-        cache = ClusterCache(config.scheduler_name, config.node_selector)
+        cache = ClusterCache(config.scheduler_name, config.node_selector, config.also_serves,
+                             config.gang_sources.enabled())
         for reflector in cache.reflectors(kube):
             try:
                 await reflector.list_once()
             except ApiError as exc:
-                if reflector.optional and exc.status in (403, 404):  # DRA not served, or not ours to read
+                # DRA or a foreign CRD not served, or not ours to read
+                if reflector.optional and exc.status in (403, 404):
                     reflector.replace({})
                 elif not (exc.not_found and reflector.kind == "podgroups"):
                     raise  # (not found: the CRD is not installed, so no PodGroups)

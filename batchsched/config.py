@@ -7,6 +7,7 @@ the file, each bad key's path and what it needs (``ConfigError``).
 from __future__ import annotations
 
 import difflib
+import re
 from pathlib import Path
 from typing import Literal
 
@@ -14,6 +15,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from batchsched.api import constants
+from batchsched.core import gangsources
 from batchsched.core.config import CoreConfig
 from batchsched.core.preemption.policy import PreemptionPolicy
 
@@ -117,23 +119,84 @@ def parse_bind_address(text: str) -> tuple[str, int] | None:
     return host.strip("[]") or "0.0.0.0", int(port)
 
 
+# spec.schedulerName is a DNS-1123 subdomain (the API server validates it so):
+# a name that is not one can never match a pod, so it is a typo.
+SCHEDULER_NAME_PATTERN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+MAX_SCHEDULER_NAMES = 16
+
+
+def _check_scheduler_name(name: str) -> str:
+    if len(name) > 253 or not SCHEDULER_NAME_PATTERN.fullmatch(name):
+        raise ValueError(f"{name!r} is not a valid schedulerName (a DNS-1123 subdomain: lowercase letters, "
+                         "digits, '-' and '.', at most 253 characters), so no pod could name it")
+    return name
+
+
+class GangSourcesConfig(_Strict):
+    """The foreign PodGroup conventions read beside our own (docs/integrations.md)."""
+
+    scheduler_plugins: bool = Field(True, alias="schedulerPlugins")
+    volcano: bool = True
+
+    def enabled(self) -> tuple[str, ...]:
+        return tuple(name for name, on in ((gangsources.SCHEDULER_PLUGINS, self.scheduler_plugins),
+                                           (gangsources.VOLCANO, self.volcano)) if on)
+
+
 class TopologyConfig(_Strict):
     domain_labels: list[str] = Field(default_factory=lambda: [constants.GPU_CLIQUE_LABEL], alias="domainLabels")
 
 
 class SchedulerConfig(_Strict):
+    # The default name: Events come from it and messages tell pods to set it.
     scheduler_name: str = Field(constants.DEFAULT_SCHEDULER_NAME, alias="schedulerName", min_length=1)
+    # Every name served, the default first (docs/integrations.md): filled from
+    # schedulerName when not given, and schedulerName from its first entry.
+    scheduler_names: list[str] = Field(default_factory=list, alias="schedulerNames",
+                                       max_length=MAX_SCHEDULER_NAMES)
     node_selector: dict[str, str] = Field(default_factory=dict, alias="nodeSelector")
     queue: QueueConfig = Field(default_factory=QueueConfig)
     binding: BindingConfig = Field(default_factory=BindingConfig)
     preemption: PreemptionConfig = Field(default_factory=PreemptionConfig)
     topology: TopologyConfig = Field(default_factory=TopologyConfig)
+    gang_sources: GangSourcesConfig = Field(default_factory=GangSourcesConfig, alias="gangSources")
     status_min_interval_seconds: float = Field(1.0, alias="statusMinIntervalSeconds", ge=0, le=MAX_SECONDS)
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", alias="logLevel")
     log_format: Literal["text", "json"] = Field("text", alias="logFormat")
     leader_election: LeaderElectionConfig = Field(default_factory=LeaderElectionConfig, alias="leaderElection")
     metrics_bind_address: str = Field(":8080", alias="metricsBindAddress")
     node_pool_label: str = Field("node.kubernetes.io/instance-type", alias="nodePoolLabel", min_length=1)
+
+    @field_validator("scheduler_name")
+    @classmethod
+    def _valid_name(cls, value: str) -> str:
+        return _check_scheduler_name(value)
+
+    @field_validator("scheduler_names")
+    @classmethod
+    def _valid_names(cls, value: list[str]) -> list[str]:
+        for name in value:
+            _check_scheduler_name(name)
+        repeated = sorted({name for name in value if value.count(name) > 1})
+        if repeated:
+            raise ValueError(f"names {', '.join(repeated)} more than once")
+        return value
+
+    @model_validator(mode="after")
+    def _default_name_first(self) -> "SchedulerConfig":
+        if not self.scheduler_names:
+            self.scheduler_names = [self.scheduler_name]
+        elif "scheduler_name" not in self.model_fields_set:
+            self.scheduler_name = self.scheduler_names[0]
+        elif self.scheduler_names[0] != self.scheduler_name:
+            raise ValueError(f"schedulerNames must start with schedulerName {self.scheduler_name!r}, the default "
+                             "name (or leave schedulerName out: the first of schedulerNames is then the default)")
+        return self
+
+    @property
+    def also_serves(self) -> tuple[str, ...]:
+        """The names served beside the default one."""
+        return tuple(self.scheduler_names[1:])
 
     @field_validator("metrics_bind_address", mode="before")
     @classmethod

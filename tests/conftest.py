@@ -48,14 +48,26 @@ def audit_log(kubeconfig) -> Path:
     return Path(kubeconfig).parent / localcluster.AUDIT_LOG
 
 
-def install_podgroup_crd(api: TestKube) -> TestKube:
-    crd = yaml.safe_load((ROOT / "crds" / "podgroup.yaml").read_text())
+def install_crd(api: TestKube, path: Path) -> None:
+    crd = yaml.safe_load(path.read_text())
     api.apply_yaml_objects([crd])
-    wait_for("PodGroup CRD established", lambda: any(
+    wait_for(f"CRD {crd['metadata']['name']} established", lambda: any(
         c["type"] == "Established" and c["status"] == "True"
         for c in api.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd['metadata']['name']}")
         .get("status", {}).get("conditions") or []))
+
+
+def install_podgroup_crd(api: TestKube) -> TestKube:
+    install_crd(api, ROOT / "crds" / "podgroup.yaml")
     return api
+
+
+@pytest.fixture(scope="session")
+def foreign_podgroup_crds(kube) -> TestKube:
+    """scheduler-plugins' and Volcano's PodGroup CRDs (tests/fixtures/crds), left installed."""
+    for path in sorted((ROOT / "tests" / "fixtures" / "crds").glob("*-podgroup.yaml")):
+        install_crd(kube, path)
+    return kube
 
 
 @pytest.fixture(scope="session")

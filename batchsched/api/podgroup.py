@@ -20,7 +20,7 @@ MAX_MIN_RESOURCES = 32
 MAX_INT32 = 2**31 - 1
 
 
-class _Model(BaseModel):
+class ApiModel(BaseModel):
     model_config = ConfigDict(populate_by_name=True, extra="ignore")
 
     def to_json(self) -> dict:
@@ -28,19 +28,19 @@ class _Model(BaseModel):
         return self.model_dump(by_alias=True, exclude_none=True)
 
 
-class Domain(_Model):
+class Domain(ApiModel):
     mode: Literal["required", "preferred"]
     label_key: str = Field("", alias="labelKey", max_length=317)
 
 
-class TopologyPolicySpec(_Model):
+class TopologyPolicySpec(ApiModel):
     numa: Literal["none", "best-effort", "single-numa-node"] = "none"
     gpu_link: Literal["any", "prefer-nvlink", "require-nvlink"] = Field("prefer-nvlink", alias="gpuLink")
     exclusive_gpus: Annotated[bool, Field(strict=True)] = Field(False, alias="exclusiveGpus")
     domain: Domain | None = None
 
 
-class PodGroupSpec(_Model):
+class PodGroupSpec(ApiModel):
     min_member: Annotated[int, Field(ge=1, le=100_000, strict=True)] = Field(1, alias="minMember")
     min_resources: dict[ResourceName, Quantity] | None = Field(None, alias="minResources",
                                                                  max_length=MAX_MIN_RESOURCES)
@@ -51,7 +51,7 @@ class PodGroupSpec(_Model):
     topology_policy: TopologyPolicySpec | None = Field(None, alias="topologyPolicy")
 
 
-class Condition(_Model):
+class Condition(ApiModel):
     """metav1.Condition."""
 
     type: str
@@ -62,7 +62,7 @@ class Condition(_Model):
     observed_generation: int | None = Field(None, alias="observedGeneration")
 
 
-class PodGroupStatus(_Model):
+class PodGroupStatus(ApiModel):
     phase: Phase = "Pending"
     observed_generation: int | None = Field(None, alias="observedGeneration")
     bound: int = 0
@@ -75,14 +75,14 @@ class PodGroupStatus(_Model):
     conditions: list[Condition] = Field(default_factory=list)
 
 
-class ObjectMeta(_Model):
+class ObjectMeta(ApiModel):
     name: str
     namespace: str = "default"
     labels: dict[str, str] = Field(default_factory=dict)
     annotations: dict[str, str] = Field(default_factory=dict)
 
 
-class PodGroup(_Model):
+class PodGroup(ApiModel):
     api_version: str = Field(constants.API_VERSION, alias="apiVersion")
     kind: str = constants.PODGROUP_KIND
     metadata: ObjectMeta
@@ -92,8 +92,13 @@ class PodGroup(_Model):
 
 def parse_spec(raw: object) -> PodGroupSpec:
     """Validate a PodGroup's spec; ValueError names each bad field."""
+    return validate_spec(PodGroupSpec, raw)
+
+
+def validate_spec(model: type[ApiModel], raw: object) -> ApiModel:
+    """``raw`` (a spec, maybe absent) as ``model``; ValueError names each bad field."""
     try:
-        return PodGroupSpec.model_validate(raw if raw is not None else {})
+        return model.model_validate(raw if raw is not None else {})
     except ValidationError as exc:
         problems = "; ".join(
             "spec" + "".join(f".{part}" if isinstance(part, str) else f"[{part}]" for part in err["loc"])

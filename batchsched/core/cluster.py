@@ -419,7 +419,7 @@ class ClusterState:
                 self._gang_stamp[key] = self._tick()
             else:
                 del self._by_gang[key], self._gang_stamp[key]
-        if pod.group:
+        if pod.group and not pod.group_source:  # our label's values, for typo hints
             names = self._group_names.setdefault(pod.namespace, {})
             _count(names, pod.group, sign)
             if not names:

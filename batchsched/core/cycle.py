@@ -415,7 +415,7 @@ def _quorum_message(gang: Gang, scheduler_name: str) -> str:
     the pods that carry the label but name another scheduler."""
     message = f"{gang.active}/{gang.min_member} members exist"
     if not gang.implicit:
-        message += f" ({members_selector(gang.spec.namespace, gang.spec.name, scheduler_name)})"
+        message += f" ({members_selector(gang.spec.namespace, gang.spec.name, scheduler_name, gang.spec.source)})"
     if gang.gated:
         message += f"; {gang.gated} more held by scheduling gates"
     if gang.claims_waiting:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from batchsched.api import constants
+from batchsched.core import gangsources
 from batchsched.core import resources as res
 from batchsched.core.cycle import REASON_EXCEEDS_CAPACITY
 from batchsched.core.dra.demand import DeviceDemand
@@ -65,9 +66,10 @@ def explain_gang(snapshot: Snapshot, gang_key: str) -> Report:
     gang = GangIndex(snapshot).get(gang_key)
     if gang is None:
         if gang_key in snapshot.groups or gang_key in snapshot.invalid_groups:
+            source = gangsources.SOURCES[gangsources.source_of_key(gang_key)]
+            name = gang_key.split("/")[-1].removeprefix(f"{source.name}:")
             report.verdict = (f"PodGroup {gang_key} has no member pods with schedulerName "
-                              f"{snapshot.scheduler_name!r} (label {constants.POD_GROUP_LABEL}="
-                              f"{gang_key.split('/')[-1]}).")
+                              f"{snapshot.scheduler_name!r} ({source.membership(name)}).")
         else:
             report.verdict = f"No PodGroup or pod gang {gang_key} is known."
         report.add(report.verdict)

@@ -16,6 +16,7 @@ from typing import Hashable, Iterator, Mapping, Sequence
 
 from batchsched.api.constants import POD_GROUP_LABEL
 from batchsched.core.cluster import ClusterState
+from batchsched.core.gangsources import OWN, SOURCES
 from batchsched.core.model import GroupSpec, PodInfo
 from batchsched.core.snapshot import Snapshot
 from batchsched.core.text import clip
@@ -155,9 +156,10 @@ def foreign_members(cluster: ClusterState, key: str) -> tuple[PodInfo, ...]:
     return tuple(p for p in pods if p.group and p.scheduler_name != cluster.scheduler_name and not p.terminal)
 
 
-def members_selector(namespace: str, group: str, scheduler_name: str) -> str:
-    """What makes a pod a member of the PodGroup, in words."""
-    return f"pods with label {POD_GROUP_LABEL}={group} and schedulerName {scheduler_name} in {namespace}"
+def members_selector(namespace: str, group: str, scheduler_name: str, source: str = "") -> str:
+    """What makes a pod a member of the PodGroup (of gang source ``source``), in words."""
+    membership = SOURCES[source or OWN].membership(group)
+    return f"pods with {membership} and schedulerName {scheduler_name} in {namespace}"
 
 
 def foreign_note(foreign: Sequence[PodInfo], scheduler_name: str) -> str:
@@ -179,7 +181,8 @@ def foreign_note(foreign: Sequence[PodInfo], scheduler_name: str) -> str:
 
 def foreign_pod_message(pod: PodInfo, scheduler_name: str) -> str:
     """The Event on a pod foreign_members names."""
-    return (f"Pod carries label {POD_GROUP_LABEL}={pod.group}, a gang scheduled by {scheduler_name}, but "
+    return (f"Pod carries {SOURCES[pod.group_source or OWN].membership(pod.group)}, a gang scheduled by "
+            f"{scheduler_name}, but "
             f"schedulerName {clip(pod.scheduler_name, 80)}: it is not placed with its gang and does not count "
             f"toward its minMember; create it with schedulerName: {scheduler_name}.")
 
@@ -200,6 +203,14 @@ def no_members_message(cluster: ClusterState, namespace: str, group: str, min_me
     return message + "."
 
 
+def _not_found(key: str, pod: PodInfo) -> str:
+    if not pod.group_source:
+        return f"PodGroup {key} not found"
+    source = SOURCES[pod.group_source]
+    return (f"PodGroup {pod.namespace}/{pod.group} ({source.api_version}, named by the pod's "
+            f"{source.membership(pod.group)}) not found")
+
+
 def _claims_wait(pod: PodInfo) -> str:
     return pod.device_demand.problem if pod.device_demand is not None else ""
 
@@ -214,11 +225,11 @@ def _gang(key: str, members: list[PodInfo], snapshot: Snapshot, foreign: tuple[P
         elif key in snapshot.groups:
             spec = snapshot.groups[key]
         else:
-            problem = GangProblem(REASON_GROUP_NOT_FOUND, f"PodGroup {key} not found")
+            problem = GangProblem(REASON_GROUP_NOT_FOUND, _not_found(key, first))
     implicit = spec is None
     if spec is None:
-        spec = GroupSpec(namespace=first.namespace, name=key.split("/", 1)[1], min_member=1,
-                         created=first.created)
+        spec = GroupSpec(namespace=first.namespace, name=first.group or key.split("/", 1)[1], min_member=1,
+                         created=first.created, source=first.group_source)
     unbound = [p for p in members if not p.node_name and not p.terminal and not p.terminating]
     return Gang(
         key=key,

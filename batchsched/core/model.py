@@ -14,6 +14,7 @@ from typing import Any, Mapping
 
 from batchsched.api import constants
 from batchsched.api.podgroup import PodGroupSpec, parse_spec
+from batchsched.core import gangsources
 from batchsched.core import resources as res
 from batchsched.core.dra.demand import DeviceDemand, PodClaim
 from batchsched.core.dra.inventory import NodeDra
@@ -106,6 +107,7 @@ class PodInfo:
     requests: Resources = field(default_factory=dict)
     priority: int = 0
     group: str = ""  # PodGroup name ("" = not in a group)
+    group_source: str = ""  # whose PodGroup: "" ours, else a foreign gang source (core/gangsources)
     node_selector: Mapping[str, str] = field(default_factory=dict)
     affinity_terms: tuple[NodeSelectorTerm, ...] = ()  # required node affinity
     tolerations: tuple[Toleration, ...] = ()
@@ -177,7 +179,7 @@ class PodInfo:
     def gang_key(self) -> str:
         """The gang this pod belongs to: its PodGroup, or itself alone."""
         if self.group:
-            return f"{self.namespace}/{self.group}"
+            return gangsources.gang_key(self.namespace, self.group_source, self.group)
         return f"{self.namespace}/pod:{self.name}"
 
 
@@ -222,6 +224,7 @@ class GroupSpec:
     name: str
     min_member: int = 1
     priority: int | None = None  # from spec.priorityClassName; None: take the members'
+    source: str = ""  # "" our PodGroup, else the foreign gang source it was read from
     created: float = 0.0
     schedule_timeout_seconds: int | None = None
     min_resources: Resources = field(default_factory=dict)
@@ -233,7 +236,7 @@ class GroupSpec:
 
     @property
     def key(self) -> str:
-        return f"{self.namespace}/{self.name}"
+        return gangsources.gang_key(self.namespace, self.source, self.name)
 
 
 # --------------------------------------------------------------------------
@@ -288,7 +291,8 @@ def pod_requests(spec: Mapping[str, Any]) -> Resources:
     return {k: v for k, v in total.items() if v}
 
 
-def pod_from_json(obj: Mapping[str, Any]) -> PodInfo:
+def pod_from_json(obj: Mapping[str, Any], gang_sources: frozenset[str] = frozenset({gangsources.OWN})) -> PodInfo:
+    """``gang_sources``: the enabled gang sources, read in their precedence."""
     meta = obj.get("metadata") or {}
     spec = obj.get("spec") or {}
     status = obj.get("status") or {}
@@ -300,6 +304,7 @@ def pod_from_json(obj: Mapping[str, Any]) -> PodInfo:
         NodeSelectorTerm(_requirements(t.get("matchExpressions")), _requirements(t.get("matchFields")))
         for t in affinity.get("nodeSelectorTerms") or ()
     )
+    group_source, group = gangsources.pod_group(labels, annotations, gang_sources)
     tolerations = tuple(
         Toleration(t.get("key") or "", t.get("operator") or "Equal", t.get("value") or "", t.get("effect") or "")
         for t in spec.get("tolerations") or ()
@@ -314,7 +319,8 @@ def pod_from_json(obj: Mapping[str, Any]) -> PodInfo:
         terminating=bool(meta.get("deletionTimestamp")),
         requests=pod_requests(spec),
         priority=int(spec.get("priority") or 0),
-        group=labels.get(constants.POD_GROUP_LABEL, ""),
+        group=group,
+        group_source="" if group_source == gangsources.OWN else group_source,
         node_selector=dict(spec.get("nodeSelector") or {}),
         affinity_terms=terms,
         tolerations=tolerations,

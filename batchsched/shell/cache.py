@@ -31,16 +31,19 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import json
 import logging
 import time
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import aiohttp
 
 from batchsched.api import constants
 from batchsched.core.cluster import ClusterState
+from batchsched.core import gangsources
 from batchsched.core.dra import model as dra
+from batchsched.core.gangsources import schedulerplugins, volcano
 from batchsched.core.model import (
     GroupSpec, NodeInfo, PodInfo, annotated_topology, group_from_json, node_from_json, pod_from_json,
 )
@@ -50,7 +53,7 @@ from batchsched.shell.kube import ApiError, Kube
 
 log = logging.getLogger(__name__)
 
-PODGROUPS_PATH = f"/apis/{constants.GROUP}/{constants.VERSION}/podgroups"
+PODGROUPS_PATH = gangsources.SOURCES[gangsources.OWN].path
 # Objects per list page: its raw JSON is all a relist holds beyond the model objects.
 LIST_PAGE_SIZE = 500
 MIN_BACKOFF_SECONDS, MAX_BACKOFF_SECONDS = 0.2, 30.0
@@ -195,11 +198,17 @@ class Reflector:
 
 
 class ClusterCache:
-    def __init__(self, scheduler_name: str, node_selector: Mapping[str, str] | None = None):
+    def __init__(self, scheduler_name: str, node_selector: Mapping[str, str] | None = None,
+                 also_serves: Iterable[str] = (), gang_sources: Iterable[str] = ()):
         self.scheduler_name = scheduler_name
+        # Other schedulerNames whose pods are ours too (config schedulerNames):
+        # such a pod is held under scheduler_name, so the core sees one name.
+        self.also_serves = frozenset(also_serves) - {scheduler_name}
+        # The gang sources read (core/gangsources), ours always among them.
+        self.gang_sources = frozenset({gangsources.OWN, *gang_sources})
         self.node_selector = dict(node_selector or {})
         self.state = ClusterState(scheduler_name)
-        self.groups_raw: dict[str, dict] = {}
+        self.groups_raw: dict[str, dict] = {}  # every source's PodGroups, by gang key
         self.groups: dict[str, GroupSpec] = {}
         self.invalid_groups: dict[str, str] = {}
         self.priority_classes: dict[str, int] = {}
@@ -237,6 +246,12 @@ class ClusterCache:
                       restart),
             Reflector(kube, PODGROUPS_PATH, "podgroups", self._group_entry, self._replace_groups,
                       self._apply_group, restart),
+            # A foreign CRD may not be installed: optional, like the DRA collections.
+            *(Reflector(kube, gangsources.SOURCES[name].path, foreign_kind(name),
+                        functools.partial(self._group_entry, source=name),
+                        functools.partial(self._replace_groups, source=name),
+                        functools.partial(self._apply_group, source=name), restart, optional=True)
+              for name in gangsources.PRECEDENCE if name != gangsources.OWN and name in self.gang_sources),
             Reflector(kube, "/api/v1/pods", "pods", self._pod_entry, self._replace_pods, self._apply_pod, restart),
             *(Reflector(kube, f"{dra.API_PATH}/{kind}", kind, self._dra_entry(kind), self._dra_replace(kind),
                         self._dra_apply(kind), restart, optional=True) for kind in _DRA),
@@ -249,7 +264,10 @@ class ClusterCache:
 
     def _parse_pod(self, obj: dict) -> PodInfo | None:
         try:
-            return pod_from_json(obj)
+            pod = pod_from_json(obj, self.gang_sources)
+            if pod.scheduler_name in self.also_serves:
+                pod = dataclasses.replace(pod, scheduler_name=self.scheduler_name)
+            return pod
         except Exception as exc:  # noqa: BLE001 - whatever a hostile pod holds, it alone is skipped
             meta = obj.get("metadata") or {}
             log.warning("ignoring pod %s/%s: %s", meta.get("namespace"), meta.get("name"), exc)
@@ -533,15 +551,13 @@ class ClusterCache:
     # ---- PodGroups and PriorityClasses ---------------------------------------
 
     def _convert_group(self, key: str, obj: dict) -> None:
-        """(Re)convert one PodGroup; its gang is touched, and a problem
-        reported, only when what the core sees of it changed (a relist or a
-        PriorityClass event converts every group again)."""
+        """(Re)convert one PodGroup of any source; its gang is touched, and a
+        problem reported, only when what the core sees of it changed (a
+        relist or a PriorityClass event converts every group again)."""
         old_spec, old_why = self.groups.pop(key, None), self.invalid_groups.pop(key, None)
-        class_name = (obj.get("spec") or {}).get("priorityClassName")
+        source = gangsources.source_of_key(key)
         try:
-            if class_name and class_name not in self.priority_classes:
-                raise ValueError(f"PriorityClass {class_name!r} not found")
-            spec = group_from_json(obj, self.priority_classes.get(class_name, 0) if class_name else None)
+            spec = _GROUP_READERS[source](obj, self._group_priority(source, obj))
         except Exception as exc:  # noqa: BLE001 - whatever it holds, only this PodGroup is refused
             why = str(exc) if isinstance(exc, (ValueError, TypeError)) else f"{type(exc).__name__}: {exc}"
             why = clip(why, MAX_PROBLEM_LENGTH)
@@ -556,26 +572,47 @@ class ClusterCache:
         if spec != old_spec:
             self.touched_gangs.add(key)
 
+    def _group_priority(self, source: str, obj: dict) -> int | None:
+        """The value of the PriorityClass the PodGroup names (None: it names
+        none); ValueError when that class does not exist."""
+        if source == gangsources.SCHEDULER_PLUGINS:
+            return None  # its PodGroup has no priorityClassName: the members' priority holds
+        spec = obj.get("spec")
+        class_name = spec.get("priorityClassName") if isinstance(spec, dict) else None
+        if not class_name or not isinstance(class_name, str):
+            return None
+        if class_name not in self.priority_classes:
+            raise ValueError(f"PriorityClass {clip(class_name, 253)!r} not found")
+        return self.priority_classes[class_name]
+
     @staticmethod
-    def _group_key(obj: dict) -> str:
+    def _group_key(obj: dict, source: str = gangsources.OWN) -> str:
         meta = obj.get("metadata") or {}
-        return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+        return gangsources.gang_key(str(meta.get("namespace", "")), source, str(meta.get("name", "")))
 
-    def _group_entry(self, obj: dict) -> tuple[str, dict]:
-        return self._group_key(obj), obj  # kept raw: few, and their status is written back
+    def _group_entry(self, obj: dict, source: str = gangsources.OWN) -> tuple[str, dict]:
+        # Kept raw: few, and their status is written back.  A list's items
+        # may lack their kind: Events on the object need it.
+        api = gangsources.SOURCES[source]
+        obj.setdefault("apiVersion", api.api_version)
+        obj.setdefault("kind", constants.PODGROUP_KIND)
+        return self._group_key(obj, source), obj
 
-    def _replace_groups(self, listed: dict[str, dict]) -> None:
-        for key in self.groups_raw.keys() - listed.keys():  # gone while not watched
+    def _replace_groups(self, listed: dict[str, dict], source: str = gangsources.OWN) -> None:
+        """A whole list of one source's PodGroups at once (the other sources' stay)."""
+        held = {key for key in self.groups_raw if gangsources.source_of_key(key) == source}
+        for key in held - listed.keys():  # gone while not watched
+            del self.groups_raw[key]
             self.groups.pop(key, None)
             self.invalid_groups.pop(key, None)
             self.touched_gangs.add(key)
-        self.groups_raw = listed
-        for key, obj in self.groups_raw.items():
+        self.groups_raw.update(listed)
+        for key, obj in listed.items():
             self._convert_group(key, obj)
         self._notify()
 
-    def _apply_group(self, event_type: str, obj: dict) -> None:
-        key = self._group_key(obj)
+    def _apply_group(self, event_type: str, obj: dict, source: str = gangsources.OWN) -> None:
+        key, obj = self._group_entry(obj, source)
         if event_type == "DELETED":
             self.groups_raw.pop(key, None)
             self.groups.pop(key, None)
@@ -668,6 +705,19 @@ class ClusterCache:
     @property
     def nodes(self) -> Mapping[str, NodeInfo]:
         return self.state.nodes
+
+
+def foreign_kind(source: str) -> str:
+    """A foreign source's PodGroups as a collection is named (logs, metrics, /readyz)."""
+    return f"podgroups.{gangsources.SOURCES[source].api_group}"
+
+
+# source -> (PodGroup JSON, its PriorityClass's value or None) -> GroupSpec; raises ValueError
+_GROUP_READERS: dict[str, Callable[[dict, int | None], GroupSpec]] = {
+    gangsources.OWN: group_from_json,
+    gangsources.SCHEDULER_PLUGINS: lambda obj, priority: schedulerplugins.group_from_json(obj),
+    gangsources.VOLCANO: volcano.group_from_json,
+}
 
 
 def _name_of(obj: dict) -> str:

@@ -8,6 +8,7 @@ import asyncio
 import logging
 import time
 from typing import Callable
+from urllib.parse import quote
 
 from batchsched.api.podgroup import Condition, PodGroupStatus
 from batchsched.config import SchedulerConfig
@@ -15,6 +16,8 @@ from batchsched.core.cycle import (
     REASON_EXCEEDS_CAPACITY, REASON_QUORUM_NOT_REACHED, REASON_SCHEDULE_TIMEOUT, REASON_UNSCHEDULABLE, CyclePlan,
     Verdict, schedule_cycle,
 )
+from batchsched.core.gangsources import OWN, SCHEDULER_PLUGINS, SOURCES, VOLCANO, source_of_key
+from batchsched.core.gangsources import schedulerplugins, volcano
 from batchsched.core.gangs import (
     REASON_FOREIGN_MEMBERS, effective_priority, foreign_members, foreign_note, foreign_pod_message,
     no_members_message,
@@ -54,7 +57,8 @@ class Scheduler:
         self.kube = kube
         self.config = config
         self.core_config = config.core()
-        self.cache = ClusterCache(config.scheduler_name, config.node_selector)
+        self.cache = ClusterCache(config.scheduler_name, config.node_selector, config.also_serves,
+                                  config.gang_sources.enabled())
         self.reflectors = self.cache.reflectors(kube)
         self.queue = GangQueue.from_config(self.core_config)
         self.binder = Binder(kube, config.binding.parallelism, config.binding.retries)
@@ -64,7 +68,7 @@ class Scheduler:
         self._claim_slots = asyncio.Semaphore(config.binding.parallelism)
         self._claims_swept = 0.0
         self._claims_deleting: set[str] = set()  # claim uids
-        self.status = StatusWriter(kube, config.status_min_interval_seconds, self.binder.wait_idle)
+        self.status = StatusWriter(kube, config.status_min_interval_seconds, self.binder.wait_idle, status_path)
         self.events = EventRecorder(kube, config.scheduler_name, wait_for_bindings=self.binder.wait_idle)
         self.pod_conditions = PodConditionWriter(kube, lambda uid: self.cache.pods.get(uid),
                                                  config.status_min_interval_seconds, self.binder.wait_idle)
@@ -107,9 +111,9 @@ class Scheduler:
             await asyncio.gather(*(r.synced.wait() for r in self.reflectors))
             self.on_synced()
             self.ready.set()
-            log.info("caches synced: %d nodes, %d pods, %d PodGroups; scheduling as %r",
+            log.info("caches synced: %d nodes, %d pods, %d PodGroups; scheduling as %s",
                      len(self.cache.nodes), len(self.cache.pods), len(self.cache.groups_raw),
-                     self.config.scheduler_name)
+                     ", ".join(map(repr, self.config.scheduler_names)))
             if self.leading is not None and not self.leading.is_set():
                 log.info("standing by until this replica holds the leader lease")
                 await self.leading.wait()
@@ -419,8 +423,11 @@ class Scheduler:
                                  "Scheduled" if verdict.scheduled else "FailedScheduling", verdict.message)
         for key in changed | touched:
             obj = self.cache.groups_raw.get(key)
-            if obj is not None:
-                self._write_status(key, obj, self.cache.members(key))
+            members = self.cache.members(key)
+            # A foreign PodGroup is ours to write only while a pod of ours is in
+            # it: without one it is its own scheduler's (or nobody's yet).
+            if obj is not None and (members or source_of_key(key) == OWN):
+                self._write_status(key, obj, members)
                 self._report_foreign_members(key, obj)
             self._report_pending_pods(key)
 
@@ -465,8 +472,8 @@ class Scheduler:
 
     def _write_status(self, key: str, obj: dict, members: list[PodInfo]) -> None:
         counters = count_members(members)
-        min_member = (obj.get("spec") or {}).get("minMember", 1)
-        min_member = min_member if isinstance(min_member, int) else 1
+        spec = self.cache.groups.get(key)
+        min_member = spec.min_member if spec is not None else _stated_min_member(obj)
         verdict = self.verdicts.get(key) if members else None  # one left from pods now gone says nothing
         timed_out = verdict is not None and verdict.reason == REASON_SCHEDULE_TIMEOUT
         phase = phase_of(counters, min_member, timed_out)
@@ -482,7 +489,13 @@ class Scheduler:
             reason, message = "", ""
         if phase != "Pending" or counters.bound:
             self.start_times.setdefault(key, now_rfc3339())
-        spec = self.cache.groups.get(key)
+        source = source_of_key(key)
+        if source == SCHEDULER_PLUGINS:
+            self.status.update(key, schedulerplugins.status(phase, counters, min_member, self.start_times.get(key)))
+            return
+        if source == VOLCANO:
+            self.status.update(key, volcano.status(phase, counters, reason, message))
+            return
         status = PodGroupStatus(
             phase=phase, observed_generation=obj["metadata"].get("generation", 0),
             bound=counters.bound, running=counters.running, succeeded=counters.succeeded, failed=counters.failed,
@@ -515,6 +528,20 @@ class Scheduler:
         """A problem reported before is gone (a node's topology annotation)."""
         ref = node_ref(obj)
         self._object_reports[(ref["kind"], "", ref["name"])] = (ref, "Normal", reason, message)
+
+
+def _stated_min_member(obj: dict) -> int:
+    """The minMember a PodGroup that could not be read states, where it is a usable one."""
+    spec = obj.get("spec")
+    stated = spec.get("minMember") if isinstance(spec, dict) else None
+    return stated if isinstance(stated, int) and not isinstance(stated, bool) and stated >= 1 else 1
+
+
+def status_path(key: str) -> str:
+    """Where the status of the PodGroup with gang key ``key`` is written, whatever its source."""
+    namespace, _, name = key.partition("/")
+    source = SOURCES[source_of_key(key)]
+    return source.object_path(quote(namespace), quote(name.removeprefix(f"{source.name}:")))
 
 
 def _has_claims(r: BindRequest) -> bool:

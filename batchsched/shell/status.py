@@ -44,10 +44,21 @@ async def _no_wait(at_most: float) -> None:
     return None
 
 
+def own_status_path(key: str) -> str:
+    """Where our PodGroup ``namespace/name``'s status goes."""
+    namespace, _, name = key.partition("/")
+    return (f"/apis/{constants.GROUP}/{constants.VERSION}/namespaces/{quote(namespace)}"
+            f"/podgroups/{quote(name)}/status")
+
+
 class StatusWriter:
+    """``path_of``: where a group key's status is merge-patched."""
+
     def __init__(self, kube: Kube, min_interval: float = 1.0,
-                 wait_for_bindings: Callable[[float], Awaitable[None]] = _no_wait):
+                 wait_for_bindings: Callable[[float], Awaitable[None]] = _no_wait,
+                 path_of: Callable[[str], str] = own_status_path):
         self.kube = kube
+        self.path_of = path_of
         self.min_interval = min_interval
         self.wait_for_bindings = wait_for_bindings
         self._written: dict[str, dict] = {}  # group key -> last status written
@@ -101,11 +112,9 @@ class StatusWriter:
                 self._wake.set()
 
     async def _write(self, key: str, status: dict) -> None:
-        namespace, _, name = key.partition("/")
-        path = (f"/apis/{constants.GROUP}/{constants.VERSION}/namespaces/{quote(namespace)}"
-                f"/podgroups/{quote(name)}/status")
         try:
-            await self.kube.merge_patch(path, {"status": status})
+            await self.kube.merge_patch(self.path_of(key), {"status": status})
+            log.debug("status of PodGroup %s written: phase %s", key, status.get("phase"))
             self._written[key] = status
             self._last_write[key] = time.monotonic()
             self.writes += 1
@@ -259,6 +268,7 @@ def node_ref(obj: dict) -> dict:
 
 
 def group_ref(obj: dict) -> dict:
+    """A PodGroup of any gang source (the cache gives each its apiVersion)."""
     meta = obj.get("metadata") or {}
-    return {"apiVersion": constants.API_VERSION, "kind": constants.PODGROUP_KIND,
+    return {"apiVersion": obj.get("apiVersion") or constants.API_VERSION, "kind": constants.PODGROUP_KIND,
             "namespace": meta.get("namespace", ""), "name": meta.get("name", ""), "uid": meta.get("uid", "")}

@@ -19,9 +19,11 @@ import pytest
 import yaml
 
 from tests.integration.test_dra_inventory import DGX1, dra_node, gpu_class  # noqa: F401
+from tests.integration.test_gang_sources import SCHEDULER_NAMES
 from tests.integration.test_gang_scheduling import make_gang, members_bound
 from tests.integration.test_partial_gangs import refuse_binding_of
 from tests.integration.test_preemption import Classes, alive, fill_with_inference, preemption_config
+from tests.support.frameworks import kuberay_volcano_cluster, mpi_operator_job
 from tests.support.kube import wait_for
 from tests.support.kubectl import rendered, run_kubectl, service_account_kubeconfig
 
@@ -72,7 +74,7 @@ def test_deploy_passes_a_server_side_dry_run(kube, kubeconfig, kubectl):
 
 
 def test_the_service_account_may_do_nothing_beyond_scheduling_and_evicting(
-        env, kube, kubeconfig, kubectl):
+        env, kube, kubeconfig, kubectl, foreign_podgroup_crds):  # kubectl auth can-i resolves their names
     apply(kubectl, kubeconfig, [o for o in rendered(kubectl, kubeconfig, DEPLOY) if o["kind"] in RBAC_KINDS])
 
     def can(verb: str, resource: str, *extra: str) -> bool:
@@ -82,6 +84,8 @@ def test_the_service_account_may_do_nothing_beyond_scheduling_and_evicting(
 
     assert can("create", "pods", "--subresource=binding", "-n", env.namespace)
     assert can("patch", "podgroups.scheduling.batchsched.io", "--subresource=status", "-n", env.namespace)
+    assert can("patch", "podgroups.scheduling.x-k8s.io", "--subresource=status", "-n", env.namespace)
+    assert can("patch", "podgroups.scheduling.volcano.sh", "-n", env.namespace)
     assert can("update", "leases.coordination.k8s.io/batchsched", "-n", NAMESPACE)
     assert can("create", "pods", "--subresource=eviction", "-n", env.namespace)
     assert can("patch", "pods", "--subresource=status", "-n", env.namespace)
@@ -92,6 +96,8 @@ def test_the_service_account_may_do_nothing_beyond_scheduling_and_evicting(
                                    ("list", "poddisruptionbudgets.policy"),
                                    ("get", "secrets"), ("update", "nodes"), ("patch", "nodes"),
                                    ("update", "podgroups.scheduling.batchsched.io"),
+                                   ("patch", "podgroups.scheduling.x-k8s.io"),
+                                   ("update", "podgroups.scheduling.volcano.sh"),
                                    ("get", "resourceclaims.resource.k8s.io"),
                                    ("update", "resourceclaims.resource.k8s.io"),
                                    ("create", "resourceslices.resource.k8s.io"),
@@ -147,7 +153,8 @@ def unused(rules: set[tuple[str, str, str, str, str]], events: list[dict]) -> se
 
 @pytest.mark.parametrize("mode, component", [("Evict", None), ("Delete", "preemption-delete")])
 def test_every_rule_granted_is_used_and_nothing_the_scheduler_does_is_refused(
-        env, kube, kubeconfig, kubectl, audit_log, start_scheduler, tmp_path, mode, component, gpu_class):
+        env, kube, kubeconfig, kubectl, audit_log, start_scheduler, tmp_path, mode, component, gpu_class,
+        foreign_podgroup_crds):
     overlay = tmp_path / "overlay"
     overlay.mkdir()
     (overlay / "kustomization.yaml").write_text(yaml.safe_dump({
@@ -175,7 +182,13 @@ def test_every_rule_granted_is_used_and_nothing_the_scheduler_does_is_refused(
     dra_node(env, "dra", DGX1.read_text(), indices=[0, 1])
     refuse_binding_of(env, "stuck-1")
     make_gang(env, "stuck", 2, cpu="1", gpus=1)
+    # and the foreign PodGroups' status (scheduler-plugins' subresource, Volcano's object)
+    for group, pods in (mpi_operator_job("mpi", env.namespace, 1, 0, "scheduler-plugins-scheduler"),
+                        kuberay_volcano_cluster("ray", env.namespace, 1, 0)):
+        for obj in (group, *pods):
+            env.create(obj)
     config = preemption_config()
+    config["schedulerNames"] = SCHEDULER_NAMES
     config["preemption"]["mode"] = mode
     config["binding"] = {"partialGangTimeoutSeconds": 2}
     sa_kubeconfig = service_account_kubeconfig(kube, kubeconfig, NAMESPACE, SERVICE_ACCOUNT,

@@ -1,0 +1,68 @@
+"""Objects as job frameworks stamp them (facts: ../shared/research/
+integrations-and-dra.md §4), so gang sources are tested on what the
+frameworks really write, not on what batchsched would like them to write.
+
+Owner references are left out: the objects that would own them (MPIJob,
+RayCluster) do not exist here, and the garbage collector would delete
+pods whose owner is missing."""
+from __future__ import annotations
+
+from typing import Any
+
+SCHEDULER_PLUGINS_API = "scheduling.x-k8s.io/v1alpha1"
+VOLCANO_API = "scheduling.volcano.sh/v1beta1"
+SCHEDULER_PLUGINS_LABEL = "scheduling.x-k8s.io/pod-group"
+VOLCANO_ANNOTATION = "scheduling.k8s.io/group-name"
+IMAGE = "registry.example/train:1"
+
+
+def _pod(name: str, namespace: str, scheduler: str, gpus: int, labels: dict, annotations: dict) -> dict:
+    resources: dict[str, Any] = {"requests": {"cpu": "1"}, "limits": {}}
+    if gpus:
+        resources["limits"]["nvidia.com/gpu"] = str(gpus)
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": namespace, "labels": labels, "annotations": annotations},
+            "spec": {"schedulerName": scheduler, "restartPolicy": "Never", "terminationGracePeriodSeconds": 0,
+                     "containers": [{"name": "main", "image": IMAGE, "resources": resources}]}}
+
+
+def mpi_operator_job(job: str, namespace: str, workers: int, gpus: int, scheduler: str,
+                     min_member: Any = None) -> tuple[dict, list[dict]]:
+    """MPI Operator run with ``--gang-scheduling=<scheduler>`` (any value but
+    volcano): a scheduler-plugins PodGroup named after the MPIJob, minMember
+    launcher + workers, minResources their sum; the launcher and each worker
+    carry the PodGroup label and the flag's value as schedulerName."""
+    group = {"apiVersion": SCHEDULER_PLUGINS_API, "kind": "PodGroup",
+             "metadata": {"name": job, "namespace": namespace},
+             "spec": {"minMember": workers + 1 if min_member is None else min_member,
+                      "minResources": {"cpu": str(workers + 1), "nvidia.com/gpu": str(workers * gpus)},
+                      "scheduleTimeoutSeconds": 86400}}
+    common = {SCHEDULER_PLUGINS_LABEL: job, "training.kubeflow.org/job-name": job,
+              "training.kubeflow.org/operator-name": "mpi-operator"}
+    pods = [_pod(f"{job}-launcher", namespace, scheduler, 0,
+                 {**common, "training.kubeflow.org/job-role": "launcher"}, {})]
+    pods += [_pod(f"{job}-worker-{i}", namespace, scheduler, gpus,
+                  {**common, "training.kubeflow.org/job-role": "worker", "training.kubeflow.org/replica-index": str(i)},
+                  {}) for i in range(workers)]
+    return group, pods
+
+
+def kuberay_volcano_cluster(cluster: str, namespace: str, workers: int, gpus: int, queue: str = "default",
+                            min_member: Any = None) -> tuple[dict, list[dict]]:
+    """KubeRay run with ``--batch-scheduler=volcano`` and a RayCluster labelled
+    ``ray.io/gang-scheduling-enabled``: PodGroup ``ray-<cluster>-pg``, minMember
+    head + workers; every pod has the group-name annotation, its group as
+    ``volcano.sh/task-spec``, the queue label and schedulerName ``volcano``."""
+    name = f"ray-{cluster}-pg"
+    group = {"apiVersion": VOLCANO_API, "kind": "PodGroup", "metadata": {"name": name, "namespace": namespace},
+             "spec": {"minMember": workers + 1 if min_member is None else min_member,
+                      "minResources": {"cpu": str(workers + 1), "nvidia.com/gpu": str(workers * gpus)},
+                      "queue": queue}}
+    labels = {"ray.io/cluster": cluster, "volcano.sh/queue-name": queue}
+    pods = [_pod(f"{cluster}-head", namespace, "volcano", 0,
+                 {**labels, "ray.io/node-type": "head", "ray.io/group": "headgroup"},
+                 {VOLCANO_ANNOTATION: name, "volcano.sh/task-spec": "headgroup"})]
+    pods += [_pod(f"{cluster}-gpu-worker-{i}", namespace, "volcano", gpus,
+                  {**labels, "ray.io/node-type": "worker", "ray.io/group": "gpu-workers"},
+                  {VOLCANO_ANNOTATION: name, "volcano.sh/task-spec": "gpu-workers"}) for i in range(workers)]
+    return group, pods
