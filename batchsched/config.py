@@ -117,6 +117,11 @@ def parse_bind_address(text: str) -> tuple[str, int] | None:
     return host.strip("[]") or "0.0.0.0", int(port)
 
 
+class QueuesConfig(_Strict):
+    default_queue: str = Field("default", alias="defaultQueue", min_length=1, max_length=253)
+    gpu_type_label: str = Field(constants.GPU_PRODUCT_LABEL, alias="gpuTypeLabel", min_length=1, max_length=317)
+
+
 class TopologyConfig(_Strict):
     domain_labels: list[str] = Field(default_factory=lambda: [constants.GPU_CLIQUE_LABEL], alias="domainLabels")
 
@@ -128,6 +133,7 @@ class SchedulerConfig(_Strict):
     binding: BindingConfig = Field(default_factory=BindingConfig)
     preemption: PreemptionConfig = Field(default_factory=PreemptionConfig)
     topology: TopologyConfig = Field(default_factory=TopologyConfig)
+    queues: QueuesConfig = Field(default_factory=QueuesConfig)
     status_min_interval_seconds: float = Field(1.0, alias="statusMinIntervalSeconds", ge=0, le=MAX_SECONDS)
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", alias="logLevel")
     log_format: Literal["text", "json"] = Field("text", alias="logFormat")
@@ -159,6 +165,8 @@ class SchedulerConfig(_Strict):
             max_gangs_per_cycle=self.queue.max_gangs_per_cycle,
             domain_labels=tuple(self.topology.domain_labels),
             partial_gang_timeout=self.binding.partial_gang_timeout_seconds,
+            default_queue=self.queues.default_queue,
+            gpu_type_label=self.queues.gpu_type_label,
         )
 
 

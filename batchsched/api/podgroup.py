@@ -6,7 +6,7 @@ Unknown fields are ignored, so an older scheduler reads a newer PodGroup.
 """
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -26,6 +26,9 @@ class _Model(BaseModel):
     def to_json(self) -> dict:
         """The API server's JSON: camelCase names, unset fields left out."""
         return self.model_dump(by_alias=True, exclude_none=True)
+
+
+_M = TypeVar("_M", bound=_Model)
 
 
 class Domain(_Model):
@@ -49,6 +52,8 @@ class PodGroupSpec(_Model):
         None, alias="scheduleTimeoutSeconds")
     preemption_policy: Literal["PreemptLowerPriority", "Never"] | None = Field(None, alias="preemptionPolicy")
     topology_policy: TopologyPolicySpec | None = Field(None, alias="topologyPolicy")
+    # The Queue (cluster-scoped) the gang is admitted through; unset: the configured default (docs/queues.md)
+    queue: str | None = Field(None, max_length=253)
 
 
 class Condition(_Model):
@@ -92,8 +97,14 @@ class PodGroup(_Model):
 
 def parse_spec(raw: object) -> PodGroupSpec:
     """Validate a PodGroup's spec; ValueError names each bad field."""
+    return validate_spec(PodGroupSpec, raw)
+
+
+def validate_spec(model: type[_M], raw: object) -> _M:
+    """``raw`` (an object's spec, None when absent) as ``model``; ValueError
+    names each bad field by its path under ``spec``."""
     try:
-        return PodGroupSpec.model_validate(raw if raw is not None else {})
+        return model.model_validate(raw if raw is not None else {})
     except ValidationError as exc:
         problems = "; ".join(
             "spec" + "".join(f".{part}" if isinstance(part, str) else f"[{part}]" for part in err["loc"])

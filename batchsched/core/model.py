@@ -230,6 +230,7 @@ class GroupSpec:
     priority_class: str = ""
     preemption_policy: str = "PreemptLowerPriority"  # or Never: this gang never preempts
     preemptible: bool = True  # False: its pods are never victims
+    queue: str = ""  # spec.queue; "": the configured default queue
 
     @property
     def key(self) -> str:
@@ -585,4 +586,5 @@ def group_from_json(obj: Mapping[str, Any], priority: int | None = None) -> Grou
         preemption_policy=spec.preemption_policy or "PreemptLowerPriority",
         preemptible=((meta.get("annotations") or {}).get(constants.PREEMPTIBLE_ANNOTATION, "true").lower()
                      != "false"),
+        queue=spec.queue or "",
     )

@@ -21,7 +21,7 @@ def test_spec_and_status_fields_are_the_crds():
 def test_printer_columns_read_fields_of_the_schema():
     columns = CRD["spec"]["versions"][0]["additionalPrinterColumns"]
     assert [c["name"] for c in columns if not c.get("priority")] == [
-        "Phase", "MinMember", "Bound", "Running", "Pending", "Priority", "Reason", "Age"]
+        "Phase", "Queue", "MinMember", "Bound", "Running", "Pending", "Priority", "Reason", "Age"]
     for column in columns:
         top, field = column["jsonPath"].split(".")[1:3]
         field = field.split("[")[0]
