@@ -1,0 +1,327 @@
+"""The queues as one cycle sees them: what each holds, what it may still
+take, and whose turn it is (pure; docs/queues.md).
+
+A gang's queue is its PodGroup's ``spec.queue``, else the configured
+default queue (lone pods too).  The default queue needs no Queue object:
+without one it has no quota, weight 1.  A queue with a parent is held to
+the parent's limits too (what all its children hold together).
+
+What a queue holds is what its gangs' bound pods ask (bound and assumed
+alike, terminating ones until they are gone), plus what the cycle placed
+so far: quota is charged by placement, never by a decision that did not
+place (docs/queues.md, "Quota and physical fit").  GPU-type quotas count
+each GPU by the node it is on (``CoreConfig.gpu_type_label``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Callable, Iterable, Iterator, Mapping, Sequence
+
+from batchsched.api.constants import GPU_RESOURCE
+from batchsched.core import resources as res
+from batchsched.core.config import CoreConfig
+from batchsched.core.gangs import Gang
+from batchsched.core.model import PodInfo
+from batchsched.core.placement.gang import Assignment
+from batchsched.core.queues.model import QueueInfo
+from batchsched.core.queues.share import dominant_share
+from batchsched.core.resources import Resources
+from batchsched.core.snapshot import Snapshot
+
+REASON_QUEUE_NOT_FOUND = "QueueNotFound"
+REASON_INVALID_QUEUE = "InvalidQueue"
+REASON_QUEUE_AT_LIMIT = "QueueAtLimit"
+
+
+@dataclass(frozen=True)
+class QueueProblem:
+    """Why a gang's queue cannot admit anything."""
+
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Admission:
+    """What a gang may try under its queue's limits."""
+
+    queue: str
+    pods: tuple[PodInfo, ...]  # its pending pods the queue has room for, together
+    left_out: int = 0  # pending pods beyond that room
+    left_out_why: str = ""
+    # nodes of a GPU type the queue cannot take even one more pod's GPUs of: node -> why
+    excluded: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class _Usage:
+    amounts: Resources = field(default_factory=dict)
+    gpu_types: dict[str, int] = field(default_factory=dict)
+
+    def add(self, amounts: Mapping[str, int], gpu_types: Mapping[str, int]) -> None:
+        for name, amount in amounts.items():
+            self.amounts[name] = self.amounts.get(name, 0) + amount
+        for kind, amount in gpu_types.items():
+            self.gpu_types[kind] = self.gpu_types.get(kind, 0) + amount
+
+
+class QueueBook:
+    def __init__(self, snapshot: Snapshot, config: CoreConfig):
+        self._snapshot = snapshot
+        self.queues: Mapping[str, QueueInfo] = snapshot.queues
+        self.default = config.default_queue
+        self.type_label = config.gpu_type_label
+        # With no Queue object every gang is in the one unlimited default
+        # queue: nothing to count, nothing to order (decisions as before queues).
+        self.active = bool(self.queues)
+        self._parents = {q.parent for q in self.queues.values() if q.parent}
+        self._usage: dict[str, _Usage] = {}
+        self._nodes_by_type: dict[str, list[str]] | None = None
+        if self.active:
+            self._count_bound()
+
+    # -- which queue, and whether it can admit ------------------------------
+
+    def queue_of(self, gang_key: str) -> str:
+        group = self._snapshot.groups.get(gang_key)
+        return group.queue if group is not None and group.queue else self.default
+
+    def problem(self, gang: Gang) -> QueueProblem | None:
+        """Why the gang's queue admits nothing (missing, invalid, a parent), or None."""
+        name = self.queue_of(gang.key)
+        invalid = self._snapshot.invalid_queues
+        if name in invalid:
+            return QueueProblem(REASON_INVALID_QUEUE, f"Queue {name} is invalid: {invalid[name]}")
+        info = self.queues.get(name)
+        if info is None:
+            if name == self.default:
+                return None
+            return QueueProblem(REASON_QUEUE_NOT_FOUND, (
+                f"Queue {name} not found (spec.queue of PodGroup {gang.key}); create it, or name an existing "
+                f"queue, or leave spec.queue unset for the default queue {self.default}."))
+        if name in self._parents:
+            return QueueProblem(REASON_INVALID_QUEUE, (
+                f"Queue {name} has child queues, and gangs go into queues without children; name one of "
+                f"its children in spec.queue of PodGroup {gang.key}."))
+        parent = info.parent
+        if parent and parent in invalid:
+            return QueueProblem(REASON_INVALID_QUEUE, f"Queue {name}'s parent {parent} is invalid: {invalid[parent]}")
+        if parent and parent not in self.queues:
+            return QueueProblem(REASON_QUEUE_NOT_FOUND, f"Queue {name} names parent queue {parent}, which does "
+                                                        "not exist.")
+        if parent and self.queues[parent].parent:
+            return QueueProblem(REASON_INVALID_QUEUE, (
+                f"Queue {name}'s parent {parent} has a parent itself ({self.queues[parent].parent}); queues "
+                "have two levels at most."))
+        return None
+
+    def admission(self, gang: Gang) -> Admission | str:
+        """The pods of ``gang`` its queue can take (at least its quorum), or
+        why not even the quorum fits (its verdict)."""
+        name = self.queue_of(gang.key)
+        pods = gang.pending
+        if not self.active:
+            return Admission(name, pods)
+        chain = self._chain(name)
+        headroom = self._headroom(chain)
+        left_out, why = 0, ""
+        if headroom and res.fits(_sum(p.requests for p in pods), headroom):
+            taken, rest = _smallest_within(pods, headroom)
+            if len(taken) < gang.need:
+                smallest = sorted(pods, key=lambda p: _size(p, headroom))[:gang.need]
+                return self.shortfall(name, _sum(p.requests for p in smallest), {}, gang) or \
+                    f"the queue {name} cannot take gang {gang.key}'s {gang.need} pods at once"
+            left_out, pods = len(rest), taken
+            why = self.shortfall(name, _sum(p.requests for p in rest), {}, taking=_sum(p.requests for p in taken))
+        return Admission(name, tuple(pods), left_out, why, self._excluded(chain, pods))
+
+    def shortfall(self, name: str, amounts: Mapping[str, int], gpu_types: Mapping[str, int],
+                  gang: Gang | None = None, taking: Mapping[str, int] | None = None) -> str:
+        """Why ``name`` (with its parent) cannot take ``amounts`` more (once
+        it holds ``taking`` too), or ""."""
+        taking = taking or {}
+        for queue in self._chain(name):
+            usage = self._usage.get(queue.name, _Usage())
+            whose = f"queue {queue.name}" if queue.name == name else f"queue {name}'s parent {queue.name}"
+            asked = [(r, limit, usage.amounts.get(r, 0) + taking.get(r, 0), amounts.get(r, 0)) for r, limit in
+                     sorted(queue.limits().items())]
+            asked += [(f"{GPU_RESOURCE} of {self.type_label}={kind}", quota.limit, usage.gpu_types.get(kind, 0),
+                       gpu_types.get(kind, 0)) for kind, quota in sorted(queue.gpu_types.items())
+                      if quota.limit is not None]
+            for resource, limit, used, more in asked:
+                if more <= 0 or used + more <= limit:
+                    continue
+                unit = resource if resource in amounts else GPU_RESOURCE
+                needs = f"gang {gang.key} needs {_amount(unit, more)} at once" if gang else f"{_amount(unit, more)} more"
+                if more > limit:
+                    return f"{whose} is too small: {needs}, beyond its limit of {_amount(unit, limit)} {resource}"
+                return f"{whose} is at its limit: {_amount(unit, used)}/{_amount(unit, limit)} {resource} ({needs})"
+        return ""
+
+    def over_limit(self, name: str, assignments: Sequence[Assignment]) -> str:
+        """Why a plan takes more than the queue may hold (its GPU types are
+        known only once placed), or ""."""
+        if not self.active:
+            return ""
+        amounts, kinds = self._placed(assignments)
+        return self.shortfall(name, amounts, kinds)
+
+    def admit(self, name: str, assignments: Sequence[Assignment]) -> None:
+        """The cycle placed ``assignments`` for a gang of queue ``name``."""
+        if self.active:
+            amounts, kinds = self._placed(assignments)
+            for queue in self._chain(name):
+                self._usage.setdefault(queue.name, _Usage()).add(amounts, kinds)
+
+    # -- whose turn -------------------------------------------------------------
+
+    def in_turn(self, keys: Iterable[str], ahead: Callable[[str], bool]) -> Iterator[str]:
+        """``keys`` (in queue order) taken by queue: each next gang from the
+        queue with the lowest share now (the share grows as the cycle places
+        its gangs), each queue's gangs in their order; those ``ahead``
+        (partly bound gangs, whose remainder comes before anyone takes the
+        room) go first.  Without Queue objects, ``keys`` as they are."""
+        if not self.active:
+            yield from keys
+            return
+        by_queue: dict[str, list[str]] = {}
+        for key in keys:
+            if ahead(key):
+                yield key
+            else:
+                by_queue.setdefault(self.queue_of(key), []).append(key)
+        for waiting in by_queue.values():
+            waiting.reverse()  # popped from the end
+        while by_queue:
+            name = min(by_queue, key=self.order_key)
+            yield by_queue[name].pop()
+            if not by_queue[name]:
+                del by_queue[name]
+
+    def order_key(self, name: str) -> tuple:
+        """Queues below their guaranteed first, then by weighted dominant
+        share, then by name; a child ranks first by its parent's key."""
+        own = self._rank(name)
+        info = self.queues.get(name)
+        return (self._rank(info.parent), own) if info is not None and info.parent in self.queues else (own, own)
+
+    def share(self, name: str) -> Fraction:
+        info = self.queues.get(name, QueueInfo(name))
+        return dominant_share(info, self.allocated(name), self._snapshot.cluster.total_allocatable)
+
+    def allocated(self, name: str) -> Resources:
+        return dict(self._usage.get(name, _Usage()).amounts)
+
+    def _rank(self, name: str) -> tuple[bool, Fraction, str]:
+        info = self.queues.get(name, QueueInfo(name))
+        held = self._usage.get(name, _Usage()).amounts
+        below = any(held.get(r, 0) < amount for r, amount in info.guaranteed().items() if amount > 0)
+        return (not below, self.share(name), name)
+
+    # -- counting -------------------------------------------------------------
+
+    def _count_bound(self) -> None:
+        """What every queue holds now, from the bound pods of our gangs (per
+        gang, kept across cycles while the gang's pods are unchanged)."""
+        cluster = self._snapshot.cluster
+        kept: dict[str, tuple[int, Resources, dict[str, int]]] = cluster.caches.setdefault("queue_usage", {})
+        holding = set(cluster.holding_gang_keys())
+        for key in [k for k in kept if k not in holding]:
+            del kept[key]
+        for key in holding:
+            stamp = cluster.gang_stamp(key)
+            if key not in kept or kept[key][0] != stamp:
+                pods = [p for p in (cluster.pods[u] for u in cluster.gang_uids(key))
+                        if p.holds_resources and p.scheduler_name == cluster.scheduler_name]
+                kept[key] = (stamp, _sum(p.requests for p in pods), self._by_type((p, p.node_name) for p in pods))
+            _, amounts, kinds = kept[key]
+            for queue in self._chain(self.queue_of(key)):
+                self._usage.setdefault(queue.name, _Usage()).add(amounts, kinds)
+            if self.queue_of(key) not in self.queues:  # the implicit default queue: counted for its share
+                self._usage.setdefault(self.queue_of(key), _Usage()).add(amounts, kinds)
+
+    def _by_type(self, placed: Iterable[tuple[PodInfo, str]]) -> dict[str, int]:
+        """The GPUs of pods on nodes (pod, node name), by the nodes' GPU type."""
+        nodes = self._snapshot.nodes
+        kinds: dict[str, int] = {}
+        for pod, node_name in placed:
+            gpus = pod.requests.get(GPU_RESOURCE, 0)
+            node = nodes.get(node_name)
+            kind = node.labels.get(self.type_label) if node is not None else None
+            if gpus and kind:
+                kinds[kind] = kinds.get(kind, 0) + gpus
+        return kinds
+
+    def _placed(self, assignments: Sequence[Assignment]) -> tuple[Resources, dict[str, int]]:
+        return (_sum(a.pod.requests for a in assignments), self._by_type((a.pod, a.node_name) for a in assignments))
+
+    def _chain(self, name: str) -> list[QueueInfo]:
+        """The queue and its parent, those that exist."""
+        info = self.queues.get(name)
+        if info is None:
+            return []
+        parent = self.queues.get(info.parent) if info.parent else None
+        return [info] + ([parent] if parent is not None else [])
+
+    def _headroom(self, chain: Sequence[QueueInfo]) -> Resources:
+        """What the chain may still take of each resource it limits."""
+        room: Resources = {}
+        for queue in chain:
+            held = self._usage.get(queue.name, _Usage()).amounts
+            for resource, limit in queue.limits().items():
+                room[resource] = min(room.get(resource, limit - held.get(resource, 0)), limit - held.get(resource, 0))
+        return room
+
+    def _excluded(self, chain: Sequence[QueueInfo], pods: Sequence[PodInfo]) -> dict[str, str]:
+        """Nodes of the GPU types the chain cannot take even the smallest of
+        ``pods``' GPU requests of, with the reason a plan's failure counts."""
+        smallest = min((p.requests.get(GPU_RESOURCE, 0) for p in pods if p.requests.get(GPU_RESOURCE, 0)), default=0)
+        excluded: dict[str, str] = {}
+        for queue in chain:
+            held = self._usage.get(queue.name, _Usage()).gpu_types
+            for kind, quota in queue.gpu_types.items():
+                if smallest and quota.limit is not None and quota.limit - held.get(kind, 0) < smallest:
+                    why = (f"node(s) had {self.type_label}={kind}, where queue {queue.name} is at its limit "
+                           f"({held.get(kind, 0)}/{quota.limit} {GPU_RESOURCE})")
+                    excluded.update(dict.fromkeys(self._typed_nodes().get(kind, ()), why))
+        return excluded
+
+    def _typed_nodes(self) -> dict[str, list[str]]:
+        if self._nodes_by_type is None:
+            self._nodes_by_type = {}
+            for node in self._snapshot.nodes.values():
+                kind = node.labels.get(self.type_label)
+                if kind:
+                    self._nodes_by_type.setdefault(kind, []).append(node.name)
+        return self._nodes_by_type
+
+
+def _sum(requests: Iterable[Mapping[str, int]]) -> Resources:
+    total: Resources = {}
+    for request in requests:
+        for name, amount in request.items():
+            total[name] = total.get(name, 0) + amount
+    return total
+
+
+def _size(pod: PodInfo, limited: Mapping[str, int]) -> tuple[int, ...]:
+    return tuple(pod.requests.get(r, 0) for r in sorted(limited))
+
+
+def _smallest_within(pods: Sequence[PodInfo], room: Mapping[str, int]) -> tuple[list[PodInfo], list[PodInfo]]:
+    """``pods``, smallest first in what ``room`` limits, as many as fit in
+    it together (then in their own order), and the rest."""
+    taken, rest, left = [], [], dict(room)
+    for pod in sorted(pods, key=lambda p: _size(p, room)):
+        if res.fits({r: a for r, a in pod.requests.items() if r in left}, left):
+            rest.append(pod)
+            continue
+        taken.append(pod)
+        left = res.subtract(left, {r: a for r, a in pod.requests.items() if r in left})
+    order = {p.uid: i for i, p in enumerate(pods)}
+    return sorted(taken, key=lambda p: order[p.uid]), rest
+
+
+def _amount(resource: str, amount: int) -> str:
+    return res.format_amount(resource, amount)
