@@ -9,6 +9,7 @@ import logging
 import time
 from typing import Callable
 
+from batchsched.api import constants
 from batchsched.api.podgroup import Condition, PodGroupStatus
 from batchsched.config import SchedulerConfig
 from batchsched.core.cycle import (
@@ -498,6 +499,11 @@ class Scheduler:
             ref, reason = group_ref(obj), "InvalidPodGroup"
         elif kind == "Node":
             ref, reason = node_ref(obj), "InvalidGpuTopology"
+        elif kind == "Queue":
+            meta = obj.get("metadata") or {}
+            ref = {"apiVersion": constants.API_VERSION, "kind": kind, "namespace": "", "name": meta.get("name", ""),
+                   "uid": meta.get("uid", "")}
+            reason = "InvalidQueue"
         elif kind in ("DeviceClass", "ResourceSlice", "ResourceClaim"):
             meta = obj.get("metadata") or {}
             ref = {"apiVersion": "resource.k8s.io/v1", "kind": kind, "namespace": meta.get("namespace") or "",

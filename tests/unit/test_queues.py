@@ -3,6 +3,7 @@ the cycle (limits, borrowing, hierarchy, GPU types, order among queues),
 and Queue objects that make no sense."""
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import random
 from fractions import Fraction as F
@@ -16,7 +17,11 @@ from batchsched.core.queueing.queue import GangQueue
 from batchsched.core.queues.model import QueueInfo, queue_from_json
 from batchsched.core.queues.share import Claimant, divide, dominant_share, fair_shares
 from batchsched.core.snapshot import Snapshot
+from batchsched.shell import cache as cache_module
+from batchsched.shell.cache import ClusterCache
+from tests.unit.cache_support import relist
 from tests.unit.helpers import gang_pods, group, node, pod, snapshot
+from tests.unit.test_dra import NotServed
 
 CONFIG = CoreConfig(initial_backoff=1, max_backoff=4)
 GPU = "nvidia.com/gpu"
@@ -359,3 +364,53 @@ def test_junk_never_raises_anything_but_value_error():
         except ValueError:
             continue
         assert all(q.limit is None or 0 <= q.limit < 2**63 for q in info.quotas.values())
+
+
+# ---- the watch cache --------------------------------------------------------------
+
+
+def queue_json(name: str, **spec) -> dict:
+    return {"metadata": {"name": name, "uid": f"uid-{name}", "generation": 1}, "spec": spec}
+
+
+def test_the_cache_converts_queues_and_reports_a_bad_one_without_dropping_the_others():
+    cache = ClusterCache("batchsched")
+    reports = []
+    cache.on_bad_object = lambda kind, obj, why: reports.append((kind, obj["metadata"]["name"], why))
+    relist(cache, "queues", [queue_json("team-a", weight=2, resources={GPU: {"limit": 8}}),
+                             queue_json("bad", weight="heavy")])
+    assert cache.queues["team-a"].limits() == {GPU: 8} and cache.queues["team-a"].weight == 2
+    assert list(cache.invalid_queues) == ["bad"] and "spec.weight" in cache.invalid_queues["bad"]
+    assert [(kind, name) for kind, name, _ in reports] == [("Queue", "bad")]
+    snap = cache.snapshot(0.0)
+    assert set(snap.queues) == {"team-a"} and set(snap.invalid_queues) == {"bad"}
+
+
+def test_a_queue_change_retries_every_waiting_gang_and_a_deletion_forgets_it():
+    cache = ClusterCache("batchsched")
+    cache.state.put_pod(pod("w-0", group="w"))
+    relist(cache, "queues", [queue_json("team-a")])
+    cache.drain_changes()
+    cache._apply_queue("MODIFIED", queue_json("team-a", resources={GPU: {"limit": 4}}))
+    assert cache.drain_changes()[0] == {"default/w"}
+    cache._apply_queue("MODIFIED", queue_json("team-a", resources={GPU: {"limit": 4}}))
+    assert cache.drain_changes()[0] == set()  # the same queue again: nothing to retry
+    cache._apply_queue("DELETED", queue_json("team-a"))
+    assert cache.queues == {} and cache.drain_changes()[0] == {"default/w"}
+
+
+def test_without_the_queue_crd_the_reflector_runs_empty_and_looks_again(monkeypatch):
+    monkeypatch.setattr(cache_module, "ABSENT_RECHECK_SECONDS", 0.01)
+    cache = ClusterCache("batchsched")
+    relist(cache, "queues", [queue_json("team-a")])
+    reflector = next(r for r in cache.reflectors(NotServed(404)) if r.kind == "queues")
+
+    async def run_a_while() -> None:
+        task = asyncio.create_task(reflector.run())
+        await asyncio.sleep(0.05)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    asyncio.run(run_a_while())
+    assert reflector.optional and reflector.absent and reflector.synced.is_set()
+    assert cache.queues == {}  # what it held is no longer known to be there

@@ -153,7 +153,7 @@ class QueueBook:
                 if more <= 0 or used + more <= limit:
                     continue
                 unit = resource if resource in amounts else GPU_RESOURCE
-                needs = f"gang {gang.key} needs {_amount(unit, more)} at once" if gang else f"{_amount(unit, more)} more"
+                needs = f"gang {gang.key} needs {_amount(unit, more)} at once" if gang else f"{_amount(unit, more)} more wanted"
                 if more > limit:
                     return f"{whose} is too small: {needs}, beyond its limit of {_amount(unit, limit)} {resource}"
                 return f"{whose} is at its limit: {_amount(unit, used)}/{_amount(unit, limit)} {resource} ({needs})"
