@@ -44,10 +44,24 @@ async def _no_wait(at_most: float) -> None:
     return None
 
 
+def podgroup_status_path(key: str) -> str:
+    namespace, _, name = key.partition("/")
+    return (f"/apis/{constants.GROUP}/{constants.VERSION}/namespaces/{quote(namespace)}"
+            f"/podgroups/{quote(name)}/status")
+
+
+def queue_status_path(name: str) -> str:
+    return f"/apis/{constants.GROUP}/{constants.VERSION}/{constants.QUEUE_PLURAL}/{quote(name)}/status"
+
+
 class StatusWriter:
+    """The status of one kind of object (PodGroups by default), by key."""
+
     def __init__(self, kube: Kube, min_interval: float = 1.0,
-                 wait_for_bindings: Callable[[float], Awaitable[None]] = _no_wait):
+                 wait_for_bindings: Callable[[float], Awaitable[None]] = _no_wait, kind: str = "PodGroup",
+                 path: Callable[[str], str] = podgroup_status_path):
         self.kube = kube
+        self.kind, self.path = kind, path
         self.min_interval = min_interval
         self.wait_for_bindings = wait_for_bindings
         self._written: dict[str, dict] = {}  # group key -> last status written
@@ -101,11 +115,8 @@ class StatusWriter:
                 self._wake.set()
 
     async def _write(self, key: str, status: dict) -> None:
-        namespace, _, name = key.partition("/")
-        path = (f"/apis/{constants.GROUP}/{constants.VERSION}/namespaces/{quote(namespace)}"
-                f"/podgroups/{quote(name)}/status")
         try:
-            await self.kube.merge_patch(path, {"status": status})
+            await self.kube.merge_patch(self.path(key), {"status": status})
             self._written[key] = status
             self._last_write[key] = time.monotonic()
             self.writes += 1
@@ -114,10 +125,10 @@ class StatusWriter:
             if exc.not_found:
                 self.forget(key)
                 return
-            log.warning("status write for PodGroup %s failed: %s", key, exc)
+            log.warning("status write for %s %s failed: %s", self.kind, key, exc)
             self._pending.setdefault(key, status)
         except (OSError, asyncio.TimeoutError) as exc:
-            log.warning("status write for PodGroup %s failed: %r", key, exc)
+            log.warning("status write for %s %s failed: %r", self.kind, key, exc)
             self._pending.setdefault(key, status)
 
 

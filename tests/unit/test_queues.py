@@ -13,12 +13,16 @@ import pytest
 from batchsched.api.constants import GPU_PRODUCT_LABEL
 from batchsched.core.config import CoreConfig
 from batchsched.core.cycle import schedule_cycle
+from batchsched.core.explain import explain_gang
 from batchsched.core.queueing.queue import GangQueue
 from batchsched.core.queues.model import QueueInfo, queue_from_json
+from batchsched.core.queues.report import summarize
 from batchsched.core.queues.share import Claimant, divide, dominant_share, fair_shares
 from batchsched.core.snapshot import Snapshot
 from batchsched.shell import cache as cache_module
 from batchsched.shell.cache import ClusterCache
+from batchsched.shell.metrics import Metrics
+from batchsched.shell.scheduler import _with_removals
 from tests.unit.cache_support import relist
 from tests.unit.helpers import gang_pods, group, node, pod, snapshot
 from tests.unit.test_dra import NotServed
@@ -414,3 +418,60 @@ def test_without_the_queue_crd_the_reflector_runs_empty_and_looks_again(monkeypa
     asyncio.run(run_a_while())
     assert reflector.optional and reflector.absent and reflector.synced.is_set()
     assert cache.queues == {}  # what it held is no longer known to be there
+
+
+# ---- status and metrics -----------------------------------------------------------
+
+
+def test_a_summary_gives_allocated_guaranteed_fair_share_borrowed_and_gangs():
+    # 16 GPUs.  team-a (guaranteed 4) holds 8 and waits for 4 more; team-b
+    # waits for 8.  Fair share: team-a's 4 first, the 12 left split 6/6,
+    # neither filled: team-a 10, team-b 6.
+    snap = with_queues(snapshot(gpu_nodes(), running("a-old", 1, 8, "n0") + gang_pods("a-next", 1, gpu=4)
+                                + gang_pods("b-next", 1, gpu=8),
+                                [in_queue("a-old", "team-a"), in_queue("a-next", "team-a"),
+                                 in_queue("b-next", "team-b")]),
+                       queue("team-a", guaranteed=4), queue("team-b"))
+    summaries = summarize(snap, CONFIG)
+    a, b = summaries["team-a"], summaries["team-b"]
+    assert (a.allocated[GPU], a.guaranteed, a.fair_share[GPU], a.borrowed[GPU], a.pending_gangs, a.running_gangs) \
+        == (8, {GPU: 4}, 10, 4, 1, 1)
+    assert (b.allocated, b.fair_share[GPU], b.pending_gangs, b.running_gangs) == ({}, 6, 1, 0)
+    assert a.status()["fairShare"][GPU] == "10" and a.status()["borrowed"] == {GPU: "4"}
+    metrics = Metrics()
+    metrics.read_live(dict, dict, lambda: summaries)
+    text = metrics.exposition().decode()
+    assert 'batchsched_queue_allocated{queue="team-a",resource="nvidia.com/gpu"} 8.0' in text
+    assert 'batchsched_queue_fair_share{queue="team-b",resource="nvidia.com/gpu"} 6.0' in text
+    assert 'batchsched_queue_gangs{queue="team-b",state="pending"} 1.0' in text
+
+
+def test_a_parent_summary_adds_up_its_children():
+    snap = with_queues(snapshot(gpu_nodes(), running("a-job", 1, 4, "n0") + running("b-job", 1, 2, "n1"),
+                                [in_queue("a-job", "team-a"), in_queue("b-job", "team-b")]),
+                       queue("org", limit=8), queue("team-a", parent="org"), queue("team-b", parent="org"))
+    org = summarize(snap, CONFIG)["org"]
+    assert (org.allocated[GPU], org.running_gangs) == (6, 2)
+
+
+def test_amounts_gone_from_a_queue_status_are_removed_by_the_patch():
+    written = {"allocated": {GPU: "8", "cpu": "4"}, "pendingGangs": 1}
+    assert _with_removals({"allocated": {"cpu": "2"}, "pendingGangs": 0}, written) == \
+        {"allocated": {"cpu": "2", GPU: None}, "pendingGangs": 0}
+
+
+# ---- explain ------------------------------------------------------------------------
+
+
+def test_explain_names_the_queue_reason():
+    snap = with_queues(snapshot(gpu_nodes(), running("held", 2, 4, "n0") + gang_pods("train", 1, gpu=4),
+                                [in_queue("held", "team-a"), in_queue("train", "team-a")]),
+                       queue("team-a", guaranteed=4, limit=8))
+    report = explain_gang(snap, "default/train", CONFIG)
+    assert report.verdict == ("QueueAtLimit: waits for its queue: queue team-a is at its limit: 8/8 nvidia.com/gpu "
+                              "(gang default/train needs 4 at once)")
+    assert "  queue: team-a, weight 1: nvidia.com/gpu 8 held, 4 guaranteed; limit 8 nvidia.com/gpu" in str(report)
+    assert report.data["queue"]["allocated"][GPU] == "8" and report.data["reason"] == "QueueAtLimit"
+    lost = explain_gang(with_queues(snapshot(gpu_nodes(), gang_pods("x", 1, gpu=1), [in_queue("x", "nope")])),
+                        "default/x", CONFIG)
+    assert lost.verdict.startswith("cannot be scheduled: QueueNotFound: Queue nope not found")

@@ -126,14 +126,14 @@ class QueueBook:
         chain = self._chain(name)
         headroom = self._headroom(chain)
         left_out, why = 0, ""
-        if headroom and res.fits(_sum(p.requests for p in pods), headroom):
+        if headroom and res.fits(summed(p.requests for p in pods), headroom):
             taken, rest = _smallest_within(pods, headroom)
             if len(taken) < gang.need:
                 smallest = sorted(pods, key=lambda p: _size(p, headroom))[:gang.need]
-                return self.shortfall(name, _sum(p.requests for p in smallest), {}, gang) or \
+                return self.shortfall(name, summed(p.requests for p in smallest), {}, gang) or \
                     f"the queue {name} cannot take gang {gang.key}'s {gang.need} pods at once"
             left_out, pods = len(rest), taken
-            why = self.shortfall(name, _sum(p.requests for p in rest), {}, taking=_sum(p.requests for p in taken))
+            why = self.shortfall(name, summed(p.requests for p in rest), {}, taking=summed(p.requests for p in taken))
         return Admission(name, tuple(pods), left_out, why, self._excluded(chain, pods))
 
     def shortfall(self, name: str, amounts: Mapping[str, int], gpu_types: Mapping[str, int],
@@ -234,7 +234,7 @@ class QueueBook:
             if key not in kept or kept[key][0] != stamp:
                 pods = [p for p in (cluster.pods[u] for u in cluster.gang_uids(key))
                         if p.holds_resources and p.scheduler_name == cluster.scheduler_name]
-                kept[key] = (stamp, _sum(p.requests for p in pods), self._by_type((p, p.node_name) for p in pods))
+                kept[key] = (stamp, summed(p.requests for p in pods), self._by_type((p, p.node_name) for p in pods))
             _, amounts, kinds = kept[key]
             for queue in self._chain(self.queue_of(key)):
                 self._usage.setdefault(queue.name, _Usage()).add(amounts, kinds)
@@ -254,7 +254,7 @@ class QueueBook:
         return kinds
 
     def _placed(self, assignments: Sequence[Assignment]) -> tuple[Resources, dict[str, int]]:
-        return (_sum(a.pod.requests for a in assignments), self._by_type((a.pod, a.node_name) for a in assignments))
+        return (summed(a.pod.requests for a in assignments), self._by_type((a.pod, a.node_name) for a in assignments))
 
     def _chain(self, name: str) -> list[QueueInfo]:
         """The queue and its parent, those that exist."""
@@ -297,7 +297,8 @@ class QueueBook:
         return self._nodes_by_type
 
 
-def _sum(requests: Iterable[Mapping[str, int]]) -> Resources:
+def summed(requests: Iterable[Mapping[str, int]]) -> Resources:
+    """What ``requests`` ask together."""
     total: Resources = {}
     for request in requests:
         for name, amount in request.items():
