@@ -48,14 +48,19 @@ def audit_log(kubeconfig) -> Path:
     return Path(kubeconfig).parent / localcluster.AUDIT_LOG
 
 
-def install_podgroup_crd(api: TestKube) -> TestKube:
-    crd = yaml.safe_load((ROOT / "crds" / "podgroup.yaml").read_text())
+def install_crd(api: TestKube, file_name: str) -> TestKube:
+    """Apply crds/``file_name`` and wait until the API server serves it."""
+    crd = yaml.safe_load((ROOT / "crds" / file_name).read_text())
     api.apply_yaml_objects([crd])
-    wait_for("PodGroup CRD established", lambda: any(
+    wait_for(f"{crd['spec']['names']['kind']} CRD established", lambda: any(
         c["type"] == "Established" and c["status"] == "True"
         for c in api.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd['metadata']['name']}")
         .get("status", {}).get("conditions") or []))
     return api
+
+
+def install_podgroup_crd(api: TestKube) -> TestKube:
+    return install_crd(api, "podgroup.yaml")
 
 
 @pytest.fixture(scope="session")
