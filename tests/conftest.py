@@ -68,6 +68,12 @@ def kube(kubeconfig) -> TestKube:
     return install_podgroup_crd(TestKube(kubeconfig))
 
 
+@pytest.fixture(scope="session")
+def queue_crd(kube) -> TestKube:
+    """The Queue CRD, for the tests that use queues (docs/queues.md)."""
+    return install_crd(kube, "queue.yaml")
+
+
 class Env:
     """One test's slice of the cluster: a namespace and the nodes it made."""
 

@@ -22,6 +22,7 @@ from tests.integration.test_dra_inventory import DGX1, dra_node, gpu_class  # no
 from tests.integration.test_gang_scheduling import make_gang, members_bound
 from tests.integration.test_partial_gangs import refuse_binding_of
 from tests.integration.test_preemption import Classes, alive, fill_with_inference, preemption_config
+from tests.integration.test_queues import add_queue
 from tests.support.kube import wait_for
 from tests.support.kubectl import rendered, run_kubectl, service_account_kubeconfig
 
@@ -147,7 +148,8 @@ def unused(rules: set[tuple[str, str, str, str, str]], events: list[dict]) -> se
 
 @pytest.mark.parametrize("mode, component", [("Evict", None), ("Delete", "preemption-delete")])
 def test_every_rule_granted_is_used_and_nothing_the_scheduler_does_is_refused(
-        env, kube, kubeconfig, kubectl, audit_log, start_scheduler, tmp_path, mode, component, gpu_class):
+        env, kube, kubeconfig, kubectl, audit_log, start_scheduler, tmp_path, mode, component, gpu_class,
+        queue_crd):
     overlay = tmp_path / "overlay"
     overlay.mkdir()
     (overlay / "kustomization.yaml").write_text(yaml.safe_dump({
@@ -175,6 +177,7 @@ def test_every_rule_granted_is_used_and_nothing_the_scheduler_does_is_refused(
     dra_node(env, "dra", DGX1.read_text(), indices=[0, 1])
     refuse_binding_of(env, "stuck-1")
     make_gang(env, "stuck", 2, cpu="1", gpus=1)
+    add_queue(env, "team")  # watched, and its status written
     config = preemption_config()
     config["preemption"]["mode"] = mode
     config["binding"] = {"partialGangTimeoutSeconds": 2}

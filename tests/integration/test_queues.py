@@ -8,7 +8,6 @@ import subprocess
 import pytest
 
 from batchsched.api import constants
-from tests.conftest import install_crd
 from tests.integration.test_gang_scheduling import members_bound, wait_unschedulable
 from tests.support.kube import wait_for
 from tests.support.objects import pod, pod_group
@@ -16,11 +15,6 @@ from tests.support.objects import pod, pod_group
 pytestmark = pytest.mark.e2e
 
 QUEUES = f"/apis/{constants.GROUP}/{constants.VERSION}/queues"
-
-
-@pytest.fixture(scope="module")
-def queue_crd(kube):
-    return install_crd(kube, "queue.yaml")
 
 
 def add_queue(env, name: str, **spec) -> str:
