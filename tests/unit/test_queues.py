@@ -475,3 +475,17 @@ def test_explain_names_the_queue_reason():
     lost = explain_gang(with_queues(snapshot(gpu_nodes(), gang_pods("x", 1, gpu=1), [in_queue("x", "nope")])),
                         "default/x", CONFIG)
     assert lost.verdict.startswith("cannot be scheduled: QueueNotFound: Queue nope not found")
+
+
+def test_the_default_queue_without_an_object_takes_its_turn_by_share_too():
+    # 24 GPUs, team-a holds 4 (share 1/6).  The default queue (share 0) places
+    # its first 8-GPU gang, which lifts it to 1/3: team-a's gang goes next,
+    # before the default queue's older second gang, which then finds no room.
+    snap = with_queues(snapshot(gpu_nodes(count=3), running("a-old", 1, 4, "n0")
+                                + gang_pods("d1", 1, gpu=8, created=1) + gang_pods("d2", 1, gpu=8, created=2)
+                                + gang_pods("a-next", 1, gpu=8, created=3),
+                                [in_queue("a-old", "team-a"), group("d1", created=1), group("d2", created=2),
+                                 in_queue("a-next", "team-a", created=3)]),
+                       queue("team-a"))
+    plan = cycle(snap)
+    assert bound_gangs(plan) == {"default/d1": 1, "default/a-next": 1}

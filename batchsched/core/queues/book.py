@@ -14,6 +14,7 @@ each GPU by the node it is on (``CoreConfig.gpu_type_label``).
 """
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Callable, Iterable, Iterator, Mapping, Sequence
@@ -78,6 +79,7 @@ class QueueBook:
         self._parents = {q.parent for q in self.queues.values() if q.parent}
         self._usage: dict[str, _Usage] = {}
         self._nodes_by_type: dict[str, list[str]] | None = None
+        self._ranks: dict[str, tuple[bool, Fraction, str]] = {}  # by queue, until it gains a gang
         if self.active:
             self._count_bound()
 
@@ -171,8 +173,9 @@ class QueueBook:
         """The cycle placed ``assignments`` for a gang of queue ``name``."""
         if self.active:
             amounts, kinds = self._placed(assignments)
-            for queue in self._chain(name):
-                self._usage.setdefault(queue.name, _Usage()).add(amounts, kinds)
+            for charged in self._charged(name):
+                self._usage.setdefault(charged, _Usage()).add(amounts, kinds)
+                self._ranks.pop(charged, None)
 
     # -- whose turn -------------------------------------------------------------
 
@@ -193,11 +196,19 @@ class QueueBook:
                 by_queue.setdefault(self.queue_of(key), []).append(key)
         for waiting in by_queue.values():
             waiting.reverse()  # popped from the end
-        while by_queue:
-            name = min(by_queue, key=self.order_key)
+        # A queue's key only grows within a cycle (it only gains gangs), so
+        # a key found unchanged when popped is the least of all.
+        turns = [(self.order_key(name), name) for name in by_queue]
+        heapq.heapify(turns)
+        while turns:
+            key, name = heapq.heappop(turns)
+            now = self.order_key(name)
+            if now != key:
+                heapq.heappush(turns, (now, name))
+                continue
             yield by_queue[name].pop()
-            if not by_queue[name]:
-                del by_queue[name]
+            if by_queue[name]:
+                heapq.heappush(turns, (self.order_key(name), name))
 
     def order_key(self, name: str) -> tuple:
         """Queues below their guaranteed first, then by weighted dominant
@@ -214,10 +225,12 @@ class QueueBook:
         return dict(self._usage.get(name, _Usage()).amounts)
 
     def _rank(self, name: str) -> tuple[bool, Fraction, str]:
-        info = self.queues.get(name, QueueInfo(name))
-        held = self._usage.get(name, _Usage()).amounts
-        below = any(held.get(r, 0) < amount for r, amount in info.guaranteed().items() if amount > 0)
-        return (not below, self.share(name), name)
+        if name not in self._ranks:
+            info = self.queues.get(name, QueueInfo(name))
+            held = self._usage.get(name, _Usage()).amounts
+            below = any(held.get(r, 0) < amount for r, amount in info.guaranteed().items() if amount > 0)
+            self._ranks[name] = (not below, self.share(name), name)
+        return self._ranks[name]
 
     # -- counting -------------------------------------------------------------
 
@@ -236,10 +249,8 @@ class QueueBook:
                         if p.holds_resources and p.scheduler_name == cluster.scheduler_name]
                 kept[key] = (stamp, summed(p.requests for p in pods), self._by_type((p, p.node_name) for p in pods))
             _, amounts, kinds = kept[key]
-            for queue in self._chain(self.queue_of(key)):
-                self._usage.setdefault(queue.name, _Usage()).add(amounts, kinds)
-            if self.queue_of(key) not in self.queues:  # the implicit default queue: counted for its share
-                self._usage.setdefault(self.queue_of(key), _Usage()).add(amounts, kinds)
+            for charged in self._charged(self.queue_of(key)):
+                self._usage.setdefault(charged, _Usage()).add(amounts, kinds)
 
     def _by_type(self, placed: Iterable[tuple[PodInfo, str]]) -> dict[str, int]:
         """The GPUs of pods on nodes (pod, node name), by the nodes' GPU type."""
@@ -255,6 +266,11 @@ class QueueBook:
 
     def _placed(self, assignments: Sequence[Assignment]) -> tuple[Resources, dict[str, int]]:
         return (summed(a.pod.requests for a in assignments), self._by_type((a.pod, a.node_name) for a in assignments))
+
+    def _charged(self, name: str) -> list[str]:
+        """The queues a gang of ``name`` counts against: it and its parent;
+        one without a Queue object (the default queue) alone, for its share."""
+        return [q.name for q in self._chain(name)] or [name]
 
     def _chain(self, name: str) -> list[QueueInfo]:
         """The queue and its parent, those that exist."""
