@@ -127,16 +127,32 @@ class QueueBook:
             return Admission(name, pods)
         chain = self._chain(name)
         headroom = self._headroom(chain)
-        left_out, why = 0, ""
-        if headroom and res.fits(summed(p.requests for p in pods), headroom):
-            taken, rest = _smallest_within(pods, headroom)
-            if len(taken) < gang.need:
-                smallest = sorted(pods, key=lambda p: _size(p, headroom))[:gang.need]
-                return self.shortfall(name, summed(p.requests for p in smallest), {}, gang) or \
-                    f"the queue {name} cannot take gang {gang.key}'s {gang.need} pods at once"
-            left_out, pods = len(rest), taken
-            why = self.shortfall(name, summed(p.requests for p in rest), {}, taking=summed(p.requests for p in taken))
-        return Admission(name, tuple(pods), left_out, why, self._excluded(chain, pods))
+        demand = self._demand(gang)
+        if not headroom or not res.fits(demand.total, headroom):
+            return Admission(name, pods, excluded=self._excluded(chain, demand.smallest_gpus))
+        limited = tuple(sorted(headroom))
+        ordered, minimum = demand.smallest_first(limited), demand.minimum(limited)
+        if res.fits({r: minimum.get(r, 0) for r in headroom}, headroom):
+            return self.shortfall(name, minimum, {}, gang)
+        taken, rest = _within(ordered, headroom)
+        if len(taken) < gang.need:  # several resources limited: what fits alone may not fit together
+            return self.shortfall(name, minimum, {}, gang) or \
+                f"queue {name} cannot take gang {gang.key}'s {gang.need} pods at once within its limits"
+        order = {p.uid: i for i, p in enumerate(pods)}
+        taken.sort(key=lambda p: order[p.uid])
+        why = self.shortfall(name, summed(p.requests for p in rest), {}, taking=summed(p.requests for p in taken))
+        return Admission(name, tuple(taken), len(rest), why, self._excluded(chain, demand.smallest_gpus))
+
+    def _demand(self, gang: Gang) -> _GangDemand:
+        """What the gang's pending pods ask, kept across cycles with the gang
+        (a gang at its queue's limit is asked every time room frees)."""
+        kept: dict[str, _GangDemand] = self._snapshot.cluster.caches.setdefault("queue_demand", {})
+        demand = kept.get(gang.key)
+        if demand is None or demand.gang is not gang:
+            if len(kept) > 2 * len(self._snapshot.cluster.pending_gang_keys()) + 64:  # drop gangs that are gone
+                kept.clear()
+            demand = kept[gang.key] = _GangDemand(gang)
+        return demand
 
     def shortfall(self, name: str, amounts: Mapping[str, int], gpu_types: Mapping[str, int],
                   gang: Gang | None = None, taking: Mapping[str, int] | None = None) -> str:
@@ -289,10 +305,9 @@ class QueueBook:
                 room[resource] = min(room.get(resource, limit - held.get(resource, 0)), limit - held.get(resource, 0))
         return room
 
-    def _excluded(self, chain: Sequence[QueueInfo], pods: Sequence[PodInfo]) -> dict[str, str]:
-        """Nodes of the GPU types the chain cannot take even the smallest of
-        ``pods``' GPU requests of, with the reason a plan's failure counts."""
-        smallest = min((p.requests.get(GPU_RESOURCE, 0) for p in pods if p.requests.get(GPU_RESOURCE, 0)), default=0)
+    def _excluded(self, chain: Sequence[QueueInfo], smallest: int) -> dict[str, str]:
+        """Nodes of the GPU types the chain cannot take a pod's ``smallest``
+        GPU request more of, with the reason a plan's failure counts."""
         excluded: dict[str, str] = {}
         for queue in chain:
             held = self._usage.get(queue.name, _Usage()).gpu_types
@@ -322,22 +337,42 @@ def summed(requests: Iterable[Mapping[str, int]]) -> Resources:
     return total
 
 
-def _size(pod: PodInfo, limited: Mapping[str, int]) -> tuple[int, ...]:
-    return tuple(pod.requests.get(r, 0) for r in sorted(limited))
+class _GangDemand:
+    """A gang's pending pods: what they ask together, their smallest GPU
+    request, and their order smallest first by each set of limited resources."""
+
+    def __init__(self, gang: Gang):
+        self.gang = gang
+        self.total = summed(p.requests for p in gang.pending)
+        self.smallest_gpus = min((g for p in gang.pending if (g := p.requests.get(GPU_RESOURCE, 0))), default=0)
+        self._ordered: dict[tuple[str, ...], tuple[list[PodInfo], Resources]] = {}
+
+    def smallest_first(self, limited: tuple[str, ...]) -> list[PodInfo]:
+        return self._by(limited)[0]
+
+    def minimum(self, limited: tuple[str, ...]) -> Resources:
+        """What the quorum asks at least: its ``need`` smallest pods."""
+        return self._by(limited)[1]
+
+    def _by(self, limited: tuple[str, ...]) -> tuple[list[PodInfo], Resources]:
+        if limited not in self._ordered:
+            ordered = sorted(self.gang.pending, key=lambda p: tuple(p.requests.get(r, 0) for r in limited))
+            self._ordered[limited] = ordered, summed(p.requests for p in ordered[:self.gang.need])
+        return self._ordered[limited]
 
 
-def _smallest_within(pods: Sequence[PodInfo], room: Mapping[str, int]) -> tuple[list[PodInfo], list[PodInfo]]:
-    """``pods``, smallest first in what ``room`` limits, as many as fit in
-    it together (then in their own order), and the rest."""
+def _within(ordered: Sequence[PodInfo], room: Mapping[str, int]) -> tuple[list[PodInfo], list[PodInfo]]:
+    """As many of ``ordered`` as fit in ``room`` together, taken in order
+    (those that do not fit are skipped), and the rest."""
     taken, rest, left = [], [], dict(room)
-    for pod in sorted(pods, key=lambda p: _size(p, room)):
-        if res.fits({r: a for r, a in pod.requests.items() if r in left}, left):
+    for pod in ordered:
+        asked = {r: a for r, a in pod.requests.items() if r in left}
+        if res.fits(asked, left):
             rest.append(pod)
-            continue
-        taken.append(pod)
-        left = res.subtract(left, {r: a for r, a in pod.requests.items() if r in left})
-    order = {p.uid: i for i, p in enumerate(pods)}
-    return sorted(taken, key=lambda p: order[p.uid]), rest
+        else:
+            taken.append(pod)
+            left = res.subtract(left, asked)
+    return taken, rest
 
 
 def _amount(resource: str, amount: int) -> str:
