@@ -8,6 +8,7 @@ import subprocess
 import pytest
 
 from batchsched.api import constants
+from batchsched.api.queue import Queue, QueueMeta, QueueSpec
 from tests.integration.test_gang_scheduling import members_bound, wait_unschedulable
 from tests.support.kube import wait_for
 from tests.support.objects import pod, pod_group
@@ -20,8 +21,7 @@ QUEUES = f"/apis/{constants.GROUP}/{constants.VERSION}/queues"
 def add_queue(env, name: str, **spec) -> str:
     """A Queue named for this test run (Queues are cluster-scoped), removed after it."""
     full = f"{env.id}-{name}"
-    env.add_cluster_object({"apiVersion": constants.API_VERSION, "kind": "Queue", "metadata": {"name": full},
-                            "spec": spec})
+    env.add_cluster_object(Queue(metadata=QueueMeta(name=full), spec=QueueSpec.model_validate(spec)).to_json())
     return full
 
 

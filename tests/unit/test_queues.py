@@ -11,10 +11,12 @@ from fractions import Fraction as F
 import pytest
 
 from batchsched.api.constants import GPU_PRODUCT_LABEL
+from batchsched.api.queue import QueueStatus
 from batchsched.core.config import CoreConfig
 from batchsched.core.cycle import schedule_cycle
 from batchsched.core.explain import explain_gang
 from batchsched.core.queueing.queue import GangQueue
+from batchsched.core.queues.book import QueueBook
 from batchsched.core.queues.model import QueueInfo, queue_from_json
 from batchsched.core.queues.report import summarize
 from batchsched.core.queues.share import Claimant, divide, dominant_share, fair_shares
@@ -438,6 +440,7 @@ def test_a_summary_gives_allocated_guaranteed_fair_share_borrowed_and_gangs():
         == (8, {GPU: 4}, 10, 4, 1, 1)
     assert (b.allocated, b.fair_share[GPU], b.pending_gangs, b.running_gangs) == ({}, 6, 1, 0)
     assert a.status()["fairShare"][GPU] == "10" and a.status()["borrowed"] == {GPU: "4"}
+    assert QueueStatus.model_validate(a.status()).pending_gangs == 1  # the API's own type reads it
     metrics = Metrics()
     metrics.read_live(dict, dict, lambda: summaries)
     text = metrics.exposition().decode()
@@ -489,3 +492,25 @@ def test_the_default_queue_without_an_object_takes_its_turn_by_share_too():
                        queue("team-a"))
     plan = cycle(snap)
     assert bound_gangs(plan) == {"default/d1": 1, "default/a-next": 1}
+
+
+def test_what_queues_hold_is_kept_across_cycles_and_follows_every_change():
+    groups = {g.key: g for g in (in_queue("a", "team-a"), in_queue("b", "team-b"), in_queue("c", "team-a"))}
+    queues = {q.name: q for q in (queue("org"), queue("team-a", parent="org"), queue("team-b", parent="org"))}
+    snap = snapshot(gpu_nodes(count=3), running("a", 2, 4, "n0") + running("b", 1, 8, "n1"), groups.values())
+    cluster = snap.cluster
+
+    def held(fresh: bool = False) -> dict[str, int]:
+        state = Snapshot(dict(cluster.nodes), dict(cluster.pods), groups, 0.0).cluster if fresh else cluster
+        book = QueueBook(Snapshot.of(state, groups, 0.0, queues=queues), CONFIG)
+        return {name: book.allocated(name).get(GPU, 0) for name in queues}
+
+    assert held() == {"org": 16, "team-a": 8, "team-b": 8}
+    cluster.remove_pod("uid-default-a-0")  # one ends
+    for p in running("c", 1, 8, "n2"):  # a gang starts
+        cluster.put_pod(p)
+    assert held() == held(fresh=True) == {"org": 20, "team-a": 12, "team-b": 8}
+    groups["default/b"] = in_queue("b", "team-a")  # its PodGroup moves to another queue
+    assert held() == held(fresh=True) == {"org": 20, "team-a": 20, "team-b": 0}
+    queues["team-b"] = queue("team-b")  # the Queues change: team-b leaves org
+    assert held() == held(fresh=True) == {"org": 20, "team-a": 20, "team-b": 0}

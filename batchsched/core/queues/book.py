@@ -60,11 +60,31 @@ class _Usage:
     amounts: Resources = field(default_factory=dict)
     gpu_types: dict[str, int] = field(default_factory=dict)
 
-    def add(self, amounts: Mapping[str, int], gpu_types: Mapping[str, int]) -> None:
+    def add(self, amounts: Mapping[str, int], gpu_types: Mapping[str, int], sign: int = 1) -> None:
         for name, amount in amounts.items():
-            self.amounts[name] = self.amounts.get(name, 0) + amount
+            self.amounts[name] = self.amounts.get(name, 0) + sign * amount
         for kind, amount in gpu_types.items():
-            self.gpu_types[kind] = self.gpu_types.get(kind, 0) + amount
+            self.gpu_types[kind] = self.gpu_types.get(kind, 0) + sign * amount
+
+    def copy(self) -> _Usage:
+        return _Usage(dict(self.amounts), dict(self.gpu_types))
+
+
+@dataclass
+class _Held:
+    """What every queue holds, kept across cycles: per gang its part (by its
+    pods' stamp and its PodGroup), and the totals they add up to, valid for
+    one set of Queues and one config."""
+
+    queues: Mapping[str, QueueInfo]
+    config: tuple[str, str]  # default queue, GPU type label
+    gangs: dict[str, tuple[int, object, list[str], Resources, dict[str, int]]] = field(default_factory=dict)
+    totals: dict[str, _Usage] = field(default_factory=dict)
+
+    def drop(self, key: str) -> None:
+        _, _, charged, amounts, kinds = self.gangs.pop(key)
+        for name in charged:
+            self.totals[name].add(amounts, kinds, -1)
 
 
 class QueueBook:
@@ -251,22 +271,31 @@ class QueueBook:
     # -- counting -------------------------------------------------------------
 
     def _count_bound(self) -> None:
-        """What every queue holds now, from the bound pods of our gangs (per
-        gang, kept across cycles while the gang's pods are unchanged)."""
-        cluster = self._snapshot.cluster
-        kept: dict[str, tuple[int, Resources, dict[str, int]]] = cluster.caches.setdefault("queue_usage", {})
+        """What every queue holds now, from the bound pods of our gangs:
+        kept across cycles, each gang recounted only when its pods or its
+        PodGroup changed (all of them when the Queues or the config did)."""
+        cluster, groups = self._snapshot.cluster, self._snapshot.groups
+        held: _Held | None = cluster.caches.get("queue_usage")
+        config = (self.default, self.type_label)
+        if held is None or held.config != config or held.queues != self.queues:
+            held = cluster.caches["queue_usage"] = _Held(dict(self.queues), config)
         holding = set(cluster.holding_gang_keys())
-        for key in [k for k in kept if k not in holding]:
-            del kept[key]
+        for key in [k for k in held.gangs if k not in holding]:
+            held.drop(key)
         for key in holding:
-            stamp = cluster.gang_stamp(key)
-            if key not in kept or kept[key][0] != stamp:
-                pods = [p for p in (cluster.pods[u] for u in cluster.gang_uids(key))
-                        if p.holds_resources and p.scheduler_name == cluster.scheduler_name]
-                kept[key] = (stamp, summed(p.requests for p in pods), self._by_type((p, p.node_name) for p in pods))
-            _, amounts, kinds = kept[key]
-            for charged in self._charged(self.queue_of(key)):
-                self._usage.setdefault(charged, _Usage()).add(amounts, kinds)
+            stamp, group, kept = cluster.gang_stamp(key), groups.get(key), held.gangs.get(key)
+            if kept is not None and kept[0] == stamp and kept[1] is group:
+                continue
+            if kept is not None:
+                held.drop(key)
+            pods = [p for p in (cluster.pods[u] for u in cluster.gang_uids(key))
+                    if p.holds_resources and p.scheduler_name == cluster.scheduler_name]
+            charged = self._charged(self.queue_of(key))
+            amounts, kinds = summed(p.requests for p in pods), self._by_type((p, p.node_name) for p in pods)
+            held.gangs[key] = (stamp, group, charged, amounts, kinds)
+            for name in charged:
+                held.totals.setdefault(name, _Usage()).add(amounts, kinds)
+        self._usage = {name: usage.copy() for name, usage in held.totals.items()}
 
     def _by_type(self, placed: Iterable[tuple[PodInfo, str]]) -> dict[str, int]:
         """The GPUs of pods on nodes (pod, node name), by the nodes' GPU type."""
