@@ -41,7 +41,7 @@ async def _explain(args: argparse.Namespace) -> int:
             try:
                 await reflector.list_once()
             except ApiError as exc:
-                # DRA or a foreign CRD not served, or not ours to read
+                # DRA, Queues or a foreign CRD not served, or not ours to read
                 if reflector.optional and exc.status in (403, 404):
                     reflector.replace({})
                 elif not (exc.not_found and reflector.kind == "podgroups"):
@@ -53,10 +53,10 @@ async def _explain(args: argparse.Namespace) -> int:
         await kube.close()
     snapshot = cache.snapshot(time.time())
     if args.gang:
-        report = explain_gang(snapshot, gang_key_for(snapshot, namespace, args.gang))
+        report = explain_gang(snapshot, gang_key_for(snapshot, namespace, args.gang), config.core())
         print(json.dumps(report.data, indent=2) if args.output == "json" else report)
         return 0 if report.data["found"] else 1
-    reports = explain_waiting(snapshot, None if args.all_namespaces else namespace)
+    reports = explain_waiting(snapshot, None if args.all_namespaces else namespace, config.core())
     if args.output == "json":
         print(json.dumps([r.data for r in reports], indent=2))
     elif not reports:

@@ -137,10 +137,17 @@ class GangSourcesConfig(_Strict):
 
     scheduler_plugins: bool = Field(True, alias="schedulerPlugins")
     volcano: bool = True
+    kueue: bool = True  # Kueue's plain-pod groups (no PodGroup object)
 
     def enabled(self) -> tuple[str, ...]:
         return tuple(name for name, on in ((gangsources.SCHEDULER_PLUGINS, self.scheduler_plugins),
-                                           (gangsources.VOLCANO, self.volcano)) if on)
+                                           (gangsources.VOLCANO, self.volcano), (gangsources.KUEUE, self.kueue))
+                     if on)
+
+
+class QueuesConfig(_Strict):
+    default_queue: str = Field("default", alias="defaultQueue", min_length=1, max_length=253)
+    gpu_type_label: str = Field(constants.GPU_PRODUCT_LABEL, alias="gpuTypeLabel", min_length=1, max_length=317)
 
 
 class TopologyConfig(_Strict):
@@ -160,6 +167,7 @@ class SchedulerConfig(_Strict):
     preemption: PreemptionConfig = Field(default_factory=PreemptionConfig)
     topology: TopologyConfig = Field(default_factory=TopologyConfig)
     gang_sources: GangSourcesConfig = Field(default_factory=GangSourcesConfig, alias="gangSources")
+    queues: QueuesConfig = Field(default_factory=QueuesConfig)
     status_min_interval_seconds: float = Field(1.0, alias="statusMinIntervalSeconds", ge=0, le=MAX_SECONDS)
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", alias="logLevel")
     log_format: Literal["text", "json"] = Field("text", alias="logFormat")
@@ -222,6 +230,8 @@ class SchedulerConfig(_Strict):
             max_gangs_per_cycle=self.queue.max_gangs_per_cycle,
             domain_labels=tuple(self.topology.domain_labels),
             partial_gang_timeout=self.binding.partial_gang_timeout_seconds,
+            default_queue=self.queues.default_queue,
+            gpu_type_label=self.queues.gpu_type_label,
         )
 
 

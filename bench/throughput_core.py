@@ -90,13 +90,18 @@ def measure(nodes: int, jobs: list[Job], settle: bool = False) -> dict:
     simulation = Simulation(build_nodes(cluster(nodes)), jobs, BatchschedPolicy())
     if settle:  # as the scheduler process does once its caches sync
         settle_heap()
-    started = time.perf_counter()
     try:
-        result = simulation.run()
+        return summary(nodes, simulation)
     finally:
         if settle:
             gc.unfreeze()
             gc.set_threshold(*DEFAULT_GC_THRESHOLDS)
+
+
+def summary(nodes: int, simulation: Simulation) -> dict:
+    """Run ``simulation`` and say what its cycles cost (a row of the table)."""
+    started = time.perf_counter()
+    result = simulation.run()
     wall = time.perf_counter() - started
     cycles = result.cycle_seconds
     placed = result.pods - result.pods_never_placed

@@ -48,18 +48,19 @@ def audit_log(kubeconfig) -> Path:
     return Path(kubeconfig).parent / localcluster.AUDIT_LOG
 
 
-def install_crd(api: TestKube, path: Path) -> None:
+def install_crd(api: TestKube, path: Path) -> TestKube:
+    """Apply the CRD in ``path`` and wait until the API server serves it."""
     crd = yaml.safe_load(path.read_text())
     api.apply_yaml_objects([crd])
-    wait_for(f"CRD {crd['metadata']['name']} established", lambda: any(
+    wait_for(f"{crd['spec']['names']['kind']} CRD established", lambda: any(
         c["type"] == "Established" and c["status"] == "True"
         for c in api.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd['metadata']['name']}")
         .get("status", {}).get("conditions") or []))
+    return api
 
 
 def install_podgroup_crd(api: TestKube) -> TestKube:
-    install_crd(api, ROOT / "crds" / "podgroup.yaml")
-    return api
+    return install_crd(api, ROOT / "crds" / "podgroup.yaml")
 
 
 @pytest.fixture(scope="session")
@@ -73,6 +74,12 @@ def foreign_podgroup_crds(kube) -> TestKube:
 @pytest.fixture(scope="session")
 def kube(kubeconfig) -> TestKube:
     return install_podgroup_crd(TestKube(kubeconfig))
+
+
+@pytest.fixture(scope="session")
+def queue_crd(kube) -> TestKube:
+    """The Queue CRD, for the tests that use queues (docs/queues.md)."""
+    return install_crd(kube, ROOT / "crds" / "queue.yaml")
 
 
 class Env:

@@ -5,6 +5,11 @@ VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
 PODGROUP_KIND = "PodGroup"
 PODGROUP_PLURAL = "podgroups"
+QUEUE_KIND = "Queue"
+QUEUE_PLURAL = "queues"
+# The node label whose value names a node's GPU type (GPU feature discovery),
+# by which a Queue's spec.gpuTypes quotas count GPUs.
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 
 DEFAULT_SCHEDULER_NAME = "batchsched"
 

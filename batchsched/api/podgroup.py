@@ -6,7 +6,7 @@ Unknown fields are ignored, so an older scheduler reads a newer PodGroup.
 """
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -26,6 +26,9 @@ class ApiModel(BaseModel):
     def to_json(self) -> dict:
         """The API server's JSON: camelCase names, unset fields left out."""
         return self.model_dump(by_alias=True, exclude_none=True)
+
+
+_M = TypeVar("_M", bound=ApiModel)
 
 
 class Domain(ApiModel):
@@ -49,6 +52,8 @@ class PodGroupSpec(ApiModel):
         None, alias="scheduleTimeoutSeconds")
     preemption_policy: Literal["PreemptLowerPriority", "Never"] | None = Field(None, alias="preemptionPolicy")
     topology_policy: TopologyPolicySpec | None = Field(None, alias="topologyPolicy")
+    # The Queue (cluster-scoped) the gang is admitted through; unset: the configured default (docs/queues.md)
+    queue: str | None = Field(None, max_length=253)
 
 
 class Condition(ApiModel):
@@ -95,8 +100,9 @@ def parse_spec(raw: object) -> PodGroupSpec:
     return validate_spec(PodGroupSpec, raw)
 
 
-def validate_spec(model: type[ApiModel], raw: object) -> ApiModel:
-    """``raw`` (a spec, maybe absent) as ``model``; ValueError names each bad field."""
+def validate_spec(model: type[_M], raw: object) -> _M:
+    """``raw`` (an object's spec, None when absent) as ``model``; ValueError
+    names each bad field by its path under ``spec``."""
     try:
         return model.model_validate(raw if raw is not None else {})
     except ValidationError as exc:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from batchsched.api.constants import DEFAULT_SCHEDULER_NAME, GPU_CLIQUE_LABEL
+from batchsched.api.constants import DEFAULT_SCHEDULER_NAME, GPU_CLIQUE_LABEL, GPU_PRODUCT_LABEL
 
 
 @dataclass(frozen=True)
@@ -19,6 +19,11 @@ class CoreConfig:
     # A gang partly bound (some members bound by us, quorum incomplete) for
     # this long has its bound members evicted to start over (docs/binding.md).
     partial_gang_timeout: float = 300.0
+    # The queue of a gang whose PodGroup names none (and of lone pods); with
+    # no Queue object of that name it takes any room, as if unlimited (docs/queues.md).
+    default_queue: str = "default"
+    # The node label whose value is the GPU type a Queue's gpuTypes count by.
+    gpu_type_label: str = GPU_PRODUCT_LABEL
 
     def __post_init__(self) -> None:
         if not 0 < self.initial_backoff <= self.max_backoff:

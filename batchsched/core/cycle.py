@@ -31,7 +31,9 @@ from batchsched.core.placement.capacity import CapacityIndex, NodeEntry, cluster
 from batchsched.core.placement.gang import Assignment, GangPlan, PlanFailure, min_resources_beyond, plan_gang
 from batchsched.core.preemption.plan import NominationHolds, NoPreemption, plan_preemption
 from batchsched.core.preemption.policy import PreemptionPolicy, PreemptionState
+from batchsched.core.placement.fit import REASON_RESERVED
 from batchsched.core.queueing.queue import GangQueue, Reservation
+from batchsched.core.queues.book import REASON_QUEUE_AT_LIMIT, Admission, QueueBook
 from batchsched.core.resources import Resources
 from batchsched.core.snapshot import Snapshot
 from batchsched.core.text import clip
@@ -116,11 +118,15 @@ def schedule_cycle(snapshot: Snapshot, queue: GangQueue, config: CoreConfig = Co
                    preemption_state: PreemptionState = PreemptionState()) -> CyclePlan:
     now = snapshot.now
     gangs = GangIndex(snapshot)
+    book = QueueBook(snapshot, config)
     plan = CyclePlan()
     waiting = []
     for gang in gangs.pending():  # gangs with nothing to place (or only gated pods) wait
+        queue_problem = book.problem(gang) if gang.problem is None else None
         if gang.problem is not None:
             plan.verdicts[gang.key] = Verdict(False, gang.problem.reason, gang.problem.message)
+        elif queue_problem is not None:
+            plan.verdicts[gang.key] = Verdict(False, queue_problem.reason, queue_problem.message)
         elif not gang.eligible and gang.key in queue.started_over:
             plan.verdicts[gang.key] = Verdict(False, REASON_PARTIAL_TIMEOUT, (f"{queue.started_over[gang.key]} "
                 f"Waiting for its pods: {_quorum_message(gang, snapshot.scheduler_name)}."))
@@ -147,10 +153,11 @@ def schedule_cycle(snapshot: Snapshot, queue: GangQueue, config: CoreConfig = Co
     withheld = holds.withheld()
     capacity = cluster_capacity(snapshot.cluster, withheld)
     _retry_where_freed(snapshot, gangs, queue)
-    _refresh_reservation(snapshot, gangs, queue, config)
+    _refresh_reservation(snapshot, gangs, queue, config, book)
     cluster_total = snapshot.cluster.total_allocatable
     evicting: set[str] = set()  # victims chosen earlier in this cycle
-    for key in queue.attempts(now, config.max_gangs_per_cycle):
+    partly_bound = lambda key: gangs[key].need > 0 and any(p.bound_by_scheduler for p in gangs[key].bound_active)  # noqa: E731
+    for key in book.in_turn(queue.attempts(now, config.max_gangs_per_cycle), partly_bound):
         if key in starting_over:
             continue
         # One gang's unforeseen failure (a bug, a value no check foresaw) is
@@ -159,7 +166,7 @@ def schedule_cycle(snapshot: Snapshot, queue: GangQueue, config: CoreConfig = Co
         holds_given: dict[str, Resources] = {}
         try:
             _try_gang(snapshot, gangs, key, queue, config, preemption, preemption_state, capacity, cluster_total,
-                      holds, withheld, evicting, plan, holds_given)
+                      holds, withheld, evicting, plan, holds_given, book)
         except Exception as exc:  # noqa: BLE001 - isolated per gang, reported in its verdict
             del plan.bindings[before[0]:], plan.evictions[before[1]:], plan.nominations[before[2]:]
             evicting.intersection_update(before[3])
@@ -236,7 +243,7 @@ def _start_over_partial_gangs(gangs: Mapping[str, Gang], queue: GangQueue, now: 
 def _try_gang(snapshot: Snapshot, gangs: GangIndex, key: str, queue: GangQueue, config: CoreConfig,
               preemption: PreemptionPolicy, preemption_state: PreemptionState, capacity: CapacityIndex,
               cluster_total: Mapping[str, int], holds: NominationHolds, withheld: Mapping[str, Resources],
-              evicting: set[str], plan: CyclePlan, holds_given: dict[str, Resources]) -> None:
+              evicting: set[str], plan: CyclePlan, holds_given: dict[str, Resources], book: QueueBook) -> None:
     """Plan one ready gang into ``plan``; ``holds_given`` is kept to the
     held room lent to it for the attempt (for a failure to take back)."""
     now = snapshot.now
@@ -246,10 +253,16 @@ def _try_gang(snapshot: Snapshot, gangs: GangIndex, key: str, queue: GangQueue, 
         queue.record_failure(key, now)
         plan.verdicts[key] = Verdict(False, REASON_EXCEEDS_CAPACITY, too_big)
         return
+    admission = book.admission(gang)
+    if isinstance(admission, str):  # no eviction makes room in a queue: it is not offered preemption
+        queue.record_failure(key, now)
+        plan.verdicts[key] = Verdict(False, REASON_QUEUE_AT_LIMIT, f"Gang {key} waits for its queue: {admission}.")
+        return
+    off_limits = _off_limits(queue.reserved_against(key), admission)
     own_holds = _released_for(withheld, holds.withheld(key)) if key in holds.claims else {}
     _give(capacity, own_holds, res.add)
     holds_given.update(own_holds)
-    result = plan_gang(gang.pending, gang.need, capacity, reserved=queue.reserved_against(key),
+    result = plan_gang(admission.pods, gang.need, capacity, reserved=off_limits,
                        cluster_total=cluster_total, **_topology_args(gang, config))
     if isinstance(result, PlanFailure):
         queue.record_failure(key, now)
@@ -261,22 +274,36 @@ def _try_gang(snapshot: Snapshot, gangs: GangIndex, key: str, queue: GangQueue, 
         nominated_before = len(plan.nominations)
         if gang.need and preemption.enabled and not result.never_fits:  # no eviction could make it fit
             message += " " + _preempt(snapshot, gangs, gang, preemption, preemption_state, capacity,
-                                      holds.going_for(key), queue.reserved_against(key), evicting, plan)
+                                      holds.going_for(key), off_limits, evicting, plan)
         if len(plan.nominations) == nominated_before:
             _give(capacity, own_holds, res.subtract)  # its claims stand; new ones would replace them
             holds_given.clear()
         reason = REASON_EXCEEDS_CAPACITY if result.never_fits else REASON_UNSCHEDULABLE
         plan.verdicts[key] = Verdict(False, reason, message)
         return
+    over = book.over_limit(admission.queue, result.assignments)
+    if over:  # its GPU types are known once placed; the room the plan took stays taken this cycle
+        queue.record_failure(key, now)
+        plan.verdicts[key] = Verdict(False, REASON_QUEUE_AT_LIMIT, f"Gang {key} waits for its queue: {over}.")
+        return
+    book.admit(admission.queue, result.assignments)
     queue.record_success(key)
-    if result.unplaced:
+    if result.unplaced or admission.left_out:
         queue.record_failure(key, now)  # back off retrying the members that did not fit
     plan.bindings.extend(
         Binding(a.pod.uid, a.pod.namespace, a.pod.name, a.node_name, key, a.gpu_ids, _claim_of(snapshot, a),
                 claims.allocations(snapshot.nodes[a.node_name], a.pod, a.gpu_ids, snapshot.cluster.dra.claim,
                                    snapshot.cluster.dra.classes))
         for a in result.assignments)
-    plan.verdicts[key] = Verdict(True, REASON_SCHEDULED, _scheduled_message(gang, result))
+    plan.verdicts[key] = Verdict(True, REASON_SCHEDULED, _scheduled_message(gang, result, admission))
+
+
+def _off_limits(reserved: frozenset[str], admission: Admission) -> Collection[str]:
+    """The nodes a gang may not use: those reserved for a gang ahead of it,
+    and those of GPU types its queue is at the limit of (each with why)."""
+    if not admission.excluded:
+        return reserved
+    return {**dict.fromkeys(reserved, REASON_RESERVED), **admission.excluded}
 
 
 def _claim_of(snapshot: Snapshot, assignment: Assignment) -> ExtendedClaim | None:
@@ -333,15 +360,15 @@ def _topology_args(gang: Gang, config: CoreConfig) -> dict:
 
 
 def _refresh_reservation(snapshot: Snapshot, gangs: Mapping[str, Gang], queue: GangQueue,
-                         config: CoreConfig) -> None:
+                         config: CoreConfig, book: QueueBook) -> None:
     """Give the reservation to the first long-waiting gang that is neither
-    hopeless nor past its reservation's bound (see
-    batchsched.core.queueing.queue)."""
+    hopeless nor past its reservation's bound, nor waiting for its queue
+    (see batchsched.core.queueing.queue)."""
     cluster = snapshot.cluster
     for key in queue.reservation_candidates(snapshot.now):
         gang = gangs[key]
-        if not gang.need:
-            continue  # its quorum is bound; extra members reserve nothing
+        if not gang.need or isinstance(book.admission(gang), str):
+            continue  # its quorum is bound (extra members reserve nothing), or its queue cannot take it
         # The bound pods it may wait out: ours, of other gangs, not of higher
         # priority.  (Counting equal-priority pods is what makes the
         # reservation useful when every gang has the default priority.)
@@ -428,13 +455,15 @@ def _quorum_message(gang: Gang, scheduler_name: str) -> str:
     return message
 
 
-def _scheduled_message(gang: Gang, result: GangPlan) -> str:
+def _scheduled_message(gang: Gang, result: GangPlan, admission: Admission) -> str:
     placed = len(result.assignments)
     if gang.need:
         nodes = len({a.node_name for a in result.assignments})
         message = f"Gang {gang.key}: {placed} pod(s) placed on {nodes} node(s)"
     else:
         message = f"Gang {gang.key} has its quorum bound; {placed} more pod(s) placed"
+    if admission.left_out:
+        message += f"; {admission.left_out} more wait for their queue: {admission.left_out_why}"
     if result.unplaced:  # unplaced_message is a full sentence
         return f"{message}; {len(result.unplaced)} more do not fit: {result.unplaced_message}"
     return message + "."

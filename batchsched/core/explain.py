@@ -14,6 +14,7 @@ from typing import Any, Mapping
 from batchsched.api import constants
 from batchsched.core import gangsources
 from batchsched.core import resources as res
+from batchsched.core.config import CoreConfig
 from batchsched.core.cycle import REASON_EXCEEDS_CAPACITY
 from batchsched.core.dra.demand import DeviceDemand
 from batchsched.core.gangs import Gang, GangIndex
@@ -22,6 +23,7 @@ from batchsched.core.placement.capacity import CapacityIndex
 from batchsched.core.placement.fit import resource_reasons, static_reasons
 from batchsched.core.placement.gang import min_resources_beyond, never_fits
 from batchsched.core.placement.gpus import in_dra_terms, pick_gpus, static_reason
+from batchsched.core.queues.book import REASON_QUEUE_AT_LIMIT, QueueBook
 from batchsched.core.snapshot import Snapshot
 from batchsched.core.text import clip
 from batchsched.core.topology.accounting import GpuRoom, gpu_rooms
@@ -55,13 +57,14 @@ def gang_key_for(snapshot: Snapshot, namespace: str, target: str) -> str:
     return target
 
 
-def explain_waiting(snapshot: Snapshot, namespace: str | None) -> list[Report]:
+def explain_waiting(snapshot: Snapshot, namespace: str | None, config: CoreConfig = CoreConfig()) -> list[Report]:
     """A report for every gang with pending pods of ours, in one namespace or all."""
     gangs = GangIndex(snapshot).pending()
-    return [explain_gang(snapshot, g.key) for g in gangs if namespace is None or g.spec.namespace == namespace]
+    return [explain_gang(snapshot, g.key, config) for g in gangs
+            if namespace is None or g.spec.namespace == namespace]
 
 
-def explain_gang(snapshot: Snapshot, gang_key: str) -> Report:
+def explain_gang(snapshot: Snapshot, gang_key: str, config: CoreConfig = CoreConfig()) -> Report:
     report = Report(data={"gang": gang_key})
     gang = GangIndex(snapshot).get(gang_key)
     if gang is None:
@@ -93,6 +96,9 @@ def explain_gang(snapshot: Snapshot, gang_key: str) -> Report:
         report.verdict = (f"quorum not reached: {gang.active} active members, minMember {gang.min_member} "
                           "(members that Succeeded or Failed do not count)")
         report.add(f"  {report.verdict}")
+    queue_problem = _queue_checklist(snapshot, gang, config, report)
+    if queue_problem:
+        return _concluded(report, queue_problem)
     if not gang.pending:
         return _concluded(report, "nothing to place: every active member is bound.")
 
@@ -184,6 +190,44 @@ def _never_fits(snapshot: Snapshot, gang: Gang, free: Mapping[str, Mapping[str, 
         return beyond
     index = CapacityIndex(snapshot.nodes, dict(free), rooms=dict(rooms))  # rooms: the GPU sets count too
     return never_fits(gang.pending, gang.need, index, gang.spec.topology, total)
+
+
+def _queue_checklist(snapshot: Snapshot, gang: Gang, config: CoreConfig, report: Report) -> str:
+    """The gang's queue: what it holds against its quota; the verdict when
+    the queue admits nothing (the cycle's reason and message), or "".  A
+    queue at its limit makes the verdict too, and the report goes on."""
+    book = QueueBook(snapshot, config)
+    name = book.queue_of(gang.key)
+    data: dict[str, Any] = {"name": name}
+    report.data["queue"] = data
+    problem = book.problem(gang)
+    if problem is not None:
+        data.update(reason=problem.reason, message=problem.message)
+        report.data["reason"] = problem.reason
+        return f"cannot be scheduled: {problem.reason}: {problem.message}"
+    info = snapshot.queues.get(name)
+    if info is None:
+        report.add(f"  queue: {name} (no Queue object: no quota)")
+        return ""
+    held = book.allocated(name)
+    limits, guaranteed = info.limits(), info.guaranteed()
+    data.update(parent=info.parent or None, weight=info.weight, share=float(book.share(name)),
+                allocated={r: res.format_amount(r, a) for r, a in sorted(held.items()) if a},
+                guaranteed={r: res.format_amount(r, a) for r, a in sorted(guaranteed.items())},
+                limit={r: res.format_amount(r, a) for r, a in sorted(limits.items())})
+    quota = ", ".join(f"{r} {res.format_amount(r, held.get(r, 0))} held, {res.format_amount(r, guaranteed[r])} "
+                      f"guaranteed" if r in guaranteed else f"{r} {res.format_amount(r, held.get(r, 0))} held"
+                      for r in sorted(set(limits) | set(guaranteed)))
+    limited = ", ".join(f"limit {res.format_amount(r, a)} {r}" for r, a in sorted(limits.items()))
+    report.add(f"  queue: {name}" + (f" (parent {info.parent})" if info.parent else "") + f", weight {info.weight:g}"
+               + (f": {quota}" if quota else "") + (f"; {limited}" if limited else ""))
+    admission = book.admission(gang) if gang.eligible and gang.need else None
+    if isinstance(admission, str):
+        data["atLimit"] = admission
+        report.data["reason"] = REASON_QUEUE_AT_LIMIT
+        report.verdict = report.verdict or f"{REASON_QUEUE_AT_LIMIT}: waits for its queue: {admission}"
+        report.add(f"  -> {admission}")
+    return ""
 
 
 def _concluded(report: Report, verdict: str) -> Report:

@@ -16,7 +16,7 @@ from typing import Hashable, Iterator, Mapping, Sequence
 
 from batchsched.api.constants import POD_GROUP_LABEL
 from batchsched.core.cluster import ClusterState
-from batchsched.core.gangsources import OWN, SOURCES
+from batchsched.core.gangsources import KUEUE, OWN, SOURCES, kueue
 from batchsched.core.model import GroupSpec, PodInfo
 from batchsched.core.snapshot import Snapshot
 from batchsched.core.text import clip
@@ -219,7 +219,13 @@ def _gang(key: str, members: list[PodInfo], snapshot: Snapshot, foreign: tuple[P
     members.sort(key=lambda p: (p.created, p.name, p.uid))
     first = members[0]
     spec, problem = None, None
-    if first.group:
+    if first.group and first.group_source == KUEUE:  # no PodGroup: its pods say what it is
+        read = kueue.group_spec(KUEUE, members)
+        if isinstance(read, str):
+            problem = GangProblem(REASON_INVALID_GROUP, read)
+        else:
+            spec = read
+    elif first.group:
         if key in snapshot.invalid_groups:
             problem = GangProblem(REASON_INVALID_GROUP, snapshot.invalid_groups[key])
         elif key in snapshot.groups:

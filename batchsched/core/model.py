@@ -108,6 +108,7 @@ class PodInfo:
     priority: int = 0
     group: str = ""  # PodGroup name ("" = not in a group)
     group_source: str = ""  # whose PodGroup: "" ours, else a foreign gang source (core/gangsources)
+    group_total: int = 0  # a Kueue group's stated size (its pods' total-count annotation; 0: none valid)
     node_selector: Mapping[str, str] = field(default_factory=dict)
     affinity_terms: tuple[NodeSelectorTerm, ...] = ()  # required node affinity
     tolerations: tuple[Toleration, ...] = ()
@@ -233,6 +234,7 @@ class GroupSpec:
     priority_class: str = ""
     preemption_policy: str = "PreemptLowerPriority"  # or Never: this gang never preempts
     preemptible: bool = True  # False: its pods are never victims
+    queue: str = ""  # spec.queue; "": the configured default queue
 
     @property
     def key(self) -> str:
@@ -321,6 +323,7 @@ def pod_from_json(obj: Mapping[str, Any], gang_sources: frozenset[str] = frozens
         priority=int(spec.get("priority") or 0),
         group=group,
         group_source="" if group_source == gangsources.OWN else group_source,
+        group_total=gangsources.total_count(annotations) if group_source == gangsources.KUEUE else 0,
         node_selector=dict(spec.get("nodeSelector") or {}),
         affinity_terms=terms,
         tolerations=tolerations,
@@ -591,4 +594,5 @@ def group_from_json(obj: Mapping[str, Any], priority: int | None = None) -> Grou
         preemption_policy=spec.preemption_policy or "PreemptLowerPriority",
         preemptible=((meta.get("annotations") or {}).get(constants.PREEMPTIBLE_ANNOTATION, "true").lower()
                      != "false"),
+        queue=spec.queue or "",
     )

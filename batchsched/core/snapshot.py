@@ -6,6 +6,7 @@ from typing import Mapping
 
 from batchsched.core.cluster import ClusterState
 from batchsched.core.model import GroupSpec, NodeInfo, PodInfo
+from batchsched.core.queues.model import QueueInfo
 from batchsched.core.resources import Resources
 
 
@@ -24,6 +25,8 @@ class Snapshot:
     scheduler_name: str = "batchsched"
     # PodGroups that exist but failed validation: key -> message
     invalid_groups: Mapping[str, str] = field(default_factory=dict)
+    queues: Mapping[str, QueueInfo] = field(default_factory=dict)  # Queue objects by name
+    invalid_queues: Mapping[str, str] = field(default_factory=dict)  # Queues that failed validation: name -> why
     cluster: ClusterState = field(default=None, compare=False, repr=False)  # type: ignore[assignment]
 
     def __post_init__(self) -> None:
@@ -35,9 +38,11 @@ class Snapshot:
 
     @classmethod
     def of(cls, cluster: ClusterState, groups: Mapping[str, GroupSpec], now: float,
-           invalid_groups: Mapping[str, str] | None = None) -> Snapshot:
+           invalid_groups: Mapping[str, str] | None = None, queues: Mapping[str, QueueInfo] | None = None,
+           invalid_queues: Mapping[str, str] | None = None) -> Snapshot:
         return cls(nodes=cluster.nodes, pods=cluster.pods, groups=groups, now=now,
-                   scheduler_name=cluster.scheduler_name, invalid_groups=invalid_groups or {}, cluster=cluster)
+                   scheduler_name=cluster.scheduler_name, invalid_groups=invalid_groups or {},
+                   queues=queues or {}, invalid_queues=invalid_queues or {}, cluster=cluster)
 
     def free_by_node(self) -> dict[str, Resources]:
         return {name: dict(self.cluster.free(name)) for name in self.nodes}

@@ -1,4 +1,4 @@
-"""Watch caches: list then watch pods, nodes, PodGroups, PriorityClasses and
+"""Watch caches: list then watch pods, nodes, PodGroups, Queues, PriorityClasses and
 the DRA objects (DeviceClasses, ResourceSlices, ResourceClaims).
 
 The cache is the scheduler's only state.  It holds core model objects (not
@@ -20,12 +20,14 @@ Nothing ends a reflector but cancellation: an object that cannot be
 converted is reported (``on_bad_object``) and skipped, and any other
 exception while listing, watching or applying is logged and followed by a
 relist, the reflector counting as not synced (``error``) until that
-relist succeeds.  An *optional* collection (the DRA ones) that the API
+relist succeeds.  An *optional* collection (the DRA ones, Queues) that the API
 server does not serve (404: resource.k8s.io/v1 off, or a cluster before
 1.34), or that the scheduler may not read (403: RBAC not updated), counts
 as synced and empty, said once in the log, and is listed again every
 ``ABSENT_RECHECK_SECONDS``: the scheduler runs as it did without DRA rather
-than stall every gang for an inventory it can do without.
+than stall every gang for an inventory it can do without (without the
+Queue CRD every gang is in the default queue, and one naming another
+queue waits with QueueNotFound).
 """
 from __future__ import annotations
 
@@ -47,6 +49,7 @@ from batchsched.core.gangsources import schedulerplugins, volcano
 from batchsched.core.model import (
     GroupSpec, NodeInfo, PodInfo, annotated_topology, group_from_json, node_from_json, pod_from_json,
 )
+from batchsched.core.queues.model import QueueInfo, queue_from_json
 from batchsched.core.snapshot import Snapshot
 from batchsched.core.text import clip
 from batchsched.shell.kube import ApiError, Kube
@@ -54,6 +57,7 @@ from batchsched.shell.kube import ApiError, Kube
 log = logging.getLogger(__name__)
 
 PODGROUPS_PATH = gangsources.SOURCES[gangsources.OWN].path
+QUEUES_PATH = f"/apis/{constants.GROUP}/{constants.VERSION}/{constants.QUEUE_PLURAL}"
 # Objects per list page: its raw JSON is all a relist holds beyond the model objects.
 LIST_PAGE_SIZE = 500
 MIN_BACKOFF_SECONDS, MAX_BACKOFF_SECONDS = 0.2, 30.0
@@ -212,6 +216,9 @@ class ClusterCache:
         self.groups: dict[str, GroupSpec] = {}
         self.invalid_groups: dict[str, str] = {}
         self.priority_classes: dict[str, int] = {}
+        self.queues_raw: dict[str, dict] = {}  # kept raw: few, and their status is written back
+        self.queues: dict[str, QueueInfo] = {}
+        self.invalid_queues: dict[str, str] = {}  # name -> why
         # uid -> (node, gpu ids): bound by us (or being bound), not yet seen
         # bound by the watch.  Never expires: only the watch, the pod's end
         # or a binder that learnt the binding failed ends an assumption.
@@ -251,7 +258,10 @@ class ClusterCache:
                         functools.partial(self._group_entry, source=name),
                         functools.partial(self._replace_groups, source=name),
                         functools.partial(self._apply_group, source=name), restart, optional=True)
-              for name in gangsources.PRECEDENCE if name != gangsources.OWN and name in self.gang_sources),
+              for name in gangsources.PRECEDENCE
+              if name != gangsources.OWN and name in self.gang_sources and gangsources.SOURCES[name].podgroups),
+            Reflector(kube, QUEUES_PATH, "queues", self._queue_entry, self._replace_queues, self._apply_queue,
+                      restart, optional=True),
             Reflector(kube, "/api/v1/pods", "pods", self._pod_entry, self._replace_pods, self._apply_pod, restart),
             *(Reflector(kube, f"{dra.API_PATH}/{kind}", kind, self._dra_entry(kind), self._dra_replace(kind),
                         self._dra_apply(kind), restart, optional=True) for kind in _DRA),
@@ -647,6 +657,50 @@ class ClusterCache:
             self._convert_group(key, obj)
         self._notify()
 
+    # ---- Queues -----------------------------------------------------------------
+
+    @staticmethod
+    def _queue_entry(obj: dict) -> tuple[str, dict]:
+        return str((obj.get("metadata") or {}).get("name", "")), obj
+
+    def _replace_queues(self, listed: dict[str, dict]) -> None:
+        before = (dict(self.queues), dict(self.invalid_queues))
+        self.queues_raw = listed
+        self.queues.clear()
+        self.invalid_queues.clear()
+        for name, obj in listed.items():
+            self._convert_queue(name, obj)
+        self._queues_changed(before)
+
+    def _apply_queue(self, event_type: str, obj: dict) -> None:
+        name, _ = self._queue_entry(obj)
+        before = (dict(self.queues), dict(self.invalid_queues))
+        self.queues.pop(name, None)
+        self.invalid_queues.pop(name, None)
+        if event_type == "DELETED":
+            self.queues_raw.pop(name, None)
+        else:
+            self.queues_raw[name] = obj
+            self._convert_queue(name, obj)
+        self._queues_changed(before)
+
+    def _convert_queue(self, name: str, obj: dict) -> None:
+        try:
+            self.queues[name] = queue_from_json(obj)
+        except Exception as exc:  # noqa: BLE001 - whatever it holds, only this Queue is refused
+            why = str(exc) if isinstance(exc, (ValueError, TypeError)) else f"{type(exc).__name__}: {exc}"
+            self.invalid_queues[name] = why = clip(why, MAX_PROBLEM_LENGTH)
+            log.warning("Queue %s is invalid: %s", name, why)
+            self.on_bad_object("Queue", obj, why)
+
+    def _queues_changed(self, before: tuple[dict, dict]) -> None:
+        """What any waiting gang may take changed: every one is tried again
+        (Queues change seldom; which gangs a parent's change reaches is not
+        worth working out)."""
+        if before != (self.queues, self.invalid_queues):
+            self.touched_gangs.update(self.state.pending_gang_keys())
+            self._notify()
+
     # ---- assumptions ----------------------------------------------------------
 
     def assume(self, uid: str, node: str, gpu_ids: tuple[int, ...]) -> None:
@@ -677,7 +731,7 @@ class ClusterCache:
 
     def snapshot(self, now: float) -> Snapshot:
         # The cycle is synchronous: nothing changes the state while it runs.
-        return Snapshot.of(self.state, self.groups, now, self.invalid_groups)
+        return Snapshot.of(self.state, self.groups, now, self.invalid_groups, self.queues, self.invalid_queues)
 
     def drain_changes(self) -> tuple[set[str], bool]:
         touched, freed = self.touched_gangs, self.capacity_freed

@@ -19,6 +19,7 @@ from prometheus_client import (
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from batchsched.core.gpu_pools import PoolGpus
+from batchsched.core.queues.report import QueueSummary
 
 # The *_created series double the output and no dashboard reads them.
 disable_created_metrics()
@@ -37,6 +38,7 @@ class _LiveState:
     def __init__(self) -> None:
         self.queue_depth: Callable[[], Mapping[int, int]] = dict
         self.gpu_pools: Callable[[], Mapping[str, PoolGpus]] = dict
+        self.queues: Callable[[], Mapping[str, QueueSummary]] = dict
 
     def collect(self) -> Iterator[Metric]:
         depth = GaugeMetricFamily("batchsched_queue_depth",
@@ -56,6 +58,28 @@ class _LiveState:
             for pool, figures in sorted(pools.items()):
                 family.add_metric([pool], getattr(figures, field))
             yield family
+        yield from self._queues(self.queues())
+
+    @staticmethod
+    def _queues(queues: Mapping[str, QueueSummary]) -> Iterator[Metric]:
+        for field, help_text in (
+                ("allocated", "What the gangs of a queue hold (a parent: its children's), per resource in "
+                              "canonical units (cpu in millicores, memory in bytes)."),
+                ("guaranteed", "A queue's guaranteed (deserved) amount, per resource."),
+                ("fair_share", "A queue's fair share now (weighted max-min over what it holds and its waiting "
+                               "gangs ask), per resource."),
+                ("borrowed", "What a queue holds beyond its guaranteed, per resource.")):
+            family = GaugeMetricFamily(f"batchsched_queue_{field}", help_text, labels=["queue", "resource"])
+            for name, summary in sorted(queues.items()):
+                for resource, amount in sorted(getattr(summary, field).items()):
+                    family.add_metric([name, resource], amount)
+            yield family
+        gangs = GaugeMetricFamily("batchsched_queue_gangs", "Gangs of a queue, by state (pending: with pods "
+                                  "waiting to be placed; running: with pods bound).", labels=["queue", "state"])
+        for name, summary in sorted(queues.items()):
+            gangs.add_metric([name, "pending"], summary.pending_gangs)
+            gangs.add_metric([name, "running"], summary.running_gangs)
+        yield gangs
 
 
 class Metrics:
@@ -111,10 +135,12 @@ class Metrics:
         GCCollector(registry=r)
 
     def read_live(self, queue_depth: Callable[[], Mapping[int, int]],
-                  gpu_pools: Callable[[], Mapping[str, PoolGpus]]) -> None:
+                  gpu_pools: Callable[[], Mapping[str, PoolGpus]],
+                  queues: Callable[[], Mapping[str, QueueSummary]] = dict) -> None:
         """Where the scrape-time gauges come from."""
         self._live.queue_depth = queue_depth
         self._live.gpu_pools = gpu_pools
+        self._live.queues = queues
 
     def read_leadership(self, is_leading: Callable[[], bool]) -> None:
         self.leader.set_function(lambda: 1 if is_leading() else 0)

@@ -10,6 +10,7 @@ import time
 from typing import Callable
 from urllib.parse import quote
 
+from batchsched.api import constants
 from batchsched.api.podgroup import Condition, PodGroupStatus
 from batchsched.config import SchedulerConfig
 from batchsched.core.cycle import (
@@ -25,6 +26,7 @@ from batchsched.core.gangs import (
 from batchsched.core.gpu_pools import GpuPoolTally
 from batchsched.core.model import PodInfo, parse_time
 from batchsched.core.queueing.queue import GangQueue
+from batchsched.core.queues.report import QueueSummary, summarize
 from batchsched.core.snapshot import Snapshot
 from batchsched.core.status import conditions_for, count_members, phase_of
 from batchsched.core.topology.accounting import topology_of
@@ -37,7 +39,9 @@ from batchsched.shell.kube import Kube
 from batchsched.shell.logs import decision
 from batchsched.shell.metrics import RESULT_SCHEDULED, RESULT_UNSCHEDULABLE, Metrics
 from batchsched.shell.pod_status import PodConditionWriter
-from batchsched.shell.status import EventRecorder, StatusWriter, group_ref, node_ref, now_rfc3339, pod_ref
+from batchsched.shell.status import (
+    EventRecorder, StatusWriter, group_ref, node_ref, now_rfc3339, pod_ref, queue_status_path,
+)
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +50,8 @@ CHANGE_BATCH_SECONDS = 0.005
 # With no pod to place, a cycle only books what changed (status, queue): a
 # burst of confirmations (a gang being bound) is taken in fewer cycles.
 QUIET_BATCH_SECONDS = 0.05
+# Queue status and metrics are recomputed at most this often (each is a pass over the gangs).
+QUEUE_SUMMARY_SECONDS = 1.0
 # After a cycle raised: wait this long, doubling while cycles keep failing.
 CYCLE_RETRY_SECONDS = 0.5
 MAX_CYCLE_RETRY_SECONDS = 10.0
@@ -68,7 +74,11 @@ class Scheduler:
         self._claim_slots = asyncio.Semaphore(config.binding.parallelism)
         self._claims_swept = 0.0
         self._claims_deleting: set[str] = set()  # claim uids
-        self.status = StatusWriter(kube, config.status_min_interval_seconds, self.binder.wait_idle, status_path)
+        self.status = StatusWriter(kube, config.status_min_interval_seconds, self.binder.wait_idle, path=status_path)
+        self.queue_status = StatusWriter(kube, config.status_min_interval_seconds, self.binder.wait_idle,
+                                         kind="Queue", path=queue_status_path)
+        self.queue_summaries: dict[str, QueueSummary] = {}
+        self._queues_summarized = 0.0
         self.events = EventRecorder(kube, config.scheduler_name, wait_for_bindings=self.binder.wait_idle)
         self.pod_conditions = PodConditionWriter(kube, lambda uid: self.cache.pods.get(uid),
                                                  config.status_min_interval_seconds, self.binder.wait_idle)
@@ -94,7 +104,8 @@ class Scheduler:
         self.leading = leading
         self.metrics = metrics or Metrics()
         pools = GpuPoolTally(config.node_pool_label)  # a scrape re-derives only the nodes changed since the last
-        self.metrics.read_live(self.queue.depth_by_priority, lambda: pools.read(self.cache.state))
+        self.metrics.read_live(self.queue.depth_by_priority, lambda: pools.read(self.cache.state),
+                               lambda: self.queue_summaries)
         self.cache.on_watch_restart = lambda kind, why: self.metrics.watch_restarts.labels(kind, why).inc()
         self.evictor.on_victim = lambda pod, preemptor: self.metrics.preemption_victims.inc()
         self.status.on_write = self.metrics.status_writes.inc
@@ -106,6 +117,7 @@ class Scheduler:
         reflectors = self.reflectors
         background = [asyncio.create_task(r.run(), name=f"reflector-{r.kind}") for r in reflectors]
         background.append(asyncio.create_task(self.status.run(), name="status-writer"))
+        background.append(asyncio.create_task(self.queue_status.run(), name="queue-status-writer"))
         background.append(asyncio.create_task(self.pod_conditions.run(), name="pod-condition-writer"))
         try:
             await asyncio.gather(*(r.synced.wait() for r in self.reflectors))
@@ -150,6 +162,8 @@ class Scheduler:
             self.status.seed(key, status)
             if status.get("scheduleStartTime"):
                 self.start_times[key] = status["scheduleStartTime"]
+        for name, obj in self.cache.queues_raw.items():
+            self.queue_status.seed(name, obj.get("status"))
 
     async def _wait_for_work(self) -> None:
         timeout = IDLE_WAKEUP_SECONDS
@@ -227,7 +241,23 @@ class Scheduler:
             self._sweep_leftover_claims()
         self._count_attempts(plan)
         self._report(plan, touched)
+        if time.monotonic() - self._queues_summarized > QUEUE_SUMMARY_SECONDS:
+            self._queues_summarized = time.monotonic()
+            self._report_queues(snapshot)
         return plan
+
+    def _report_queues(self, snapshot: Snapshot) -> None:
+        """Each Queue's status (only what changed is written) and the queue metrics."""
+        if not self.cache.queues_raw and not self.queue_summaries:
+            return  # no queues, and no metrics left from when there were
+        self.queue_summaries = summarize(snapshot, self.core_config) if self.cache.queues_raw else {}
+        for name in self.cache.queues_raw:
+            summary = self.queue_summaries.get(name)
+            status = summary.status() if summary is not None else {}
+            why = self.cache.invalid_queues.get(name)
+            status["conditions"] = [{"type": "Valid", "status": "False" if why else "True",
+                                     "reason": "InvalidQueue" if why else "Valid", "message": why or ""}]
+            self.queue_status.update(name, _with_removals(status, self.queue_status.last_written(name)))
 
     def _forget_gang(self, key: str) -> None:
         self.queue.forget(key)
@@ -514,6 +544,11 @@ class Scheduler:
             ref, reason = group_ref(obj), "InvalidPodGroup"
         elif kind == "Node":
             ref, reason = node_ref(obj), "InvalidGpuTopology"
+        elif kind == "Queue":
+            meta = obj.get("metadata") or {}
+            ref = {"apiVersion": constants.API_VERSION, "kind": kind, "namespace": "", "name": meta.get("name", ""),
+                   "uid": meta.get("uid", "")}
+            reason = "InvalidQueue"
         elif kind in ("DeviceClass", "ResourceSlice", "ResourceClaim"):
             meta = obj.get("metadata") or {}
             ref = {"apiVersion": "resource.k8s.io/v1", "kind": kind, "namespace": meta.get("namespace") or "",
@@ -542,6 +577,15 @@ def status_path(key: str) -> str:
     namespace, _, name = key.partition("/")
     source = SOURCES[source_of_key(key)]
     return source.object_path(quote(namespace), quote(name.removeprefix(f"{source.name}:")))
+
+
+def _with_removals(status: dict, written: dict | None) -> dict:
+    """``status`` as a merge patch over ``written``: each amount written
+    before and gone now is set to null (a merge patch removes only those)."""
+    for field, amounts in (written or {}).items():
+        if isinstance(amounts, dict) and isinstance(status.get(field), dict):
+            status[field].update({k: None for k in amounts if k not in status[field]})
+    return status
 
 
 def _has_claims(r: BindRequest) -> bool:

@@ -44,21 +44,24 @@ async def _no_wait(at_most: float) -> None:
     return None
 
 
-def own_status_path(key: str) -> str:
-    """Where our PodGroup ``namespace/name``'s status goes."""
+def podgroup_status_path(key: str) -> str:
     namespace, _, name = key.partition("/")
     return (f"/apis/{constants.GROUP}/{constants.VERSION}/namespaces/{quote(namespace)}"
             f"/podgroups/{quote(name)}/status")
 
 
+def queue_status_path(name: str) -> str:
+    return f"/apis/{constants.GROUP}/{constants.VERSION}/{constants.QUEUE_PLURAL}/{quote(name)}/status"
+
+
 class StatusWriter:
-    """``path_of``: where a group key's status is merge-patched."""
+    """The status of one kind of object (PodGroups by default), by key."""
 
     def __init__(self, kube: Kube, min_interval: float = 1.0,
-                 wait_for_bindings: Callable[[float], Awaitable[None]] = _no_wait,
-                 path_of: Callable[[str], str] = own_status_path):
+                 wait_for_bindings: Callable[[float], Awaitable[None]] = _no_wait, kind: str = "PodGroup",
+                 path: Callable[[str], str] = podgroup_status_path):
         self.kube = kube
-        self.path_of = path_of
+        self.kind, self.path = kind, path
         self.min_interval = min_interval
         self.wait_for_bindings = wait_for_bindings
         self._written: dict[str, dict] = {}  # group key -> last status written
@@ -113,8 +116,8 @@ class StatusWriter:
 
     async def _write(self, key: str, status: dict) -> None:
         try:
-            await self.kube.merge_patch(self.path_of(key), {"status": status})
-            log.debug("status of PodGroup %s written: phase %s", key, status.get("phase"))
+            await self.kube.merge_patch(self.path(key), {"status": status})
+            log.debug("status of %s %s written: phase %s", self.kind, key, status.get("phase"))
             self._written[key] = status
             self._last_write[key] = time.monotonic()
             self.writes += 1
@@ -123,10 +126,10 @@ class StatusWriter:
             if exc.not_found:
                 self.forget(key)
                 return
-            log.warning("status write for PodGroup %s failed: %s", key, exc)
+            log.warning("status write for %s %s failed: %s", self.kind, key, exc)
             self._pending.setdefault(key, status)
         except (OSError, asyncio.TimeoutError) as exc:
-            log.warning("status write for PodGroup %s failed: %r", key, exc)
+            log.warning("status write for %s %s failed: %r", self.kind, key, exc)
             self._pending.setdefault(key, status)
 
 

@@ -44,6 +44,7 @@ from batchsched.core.dra.extended import ExtendedClaim
 from batchsched.core.dra.model import ResourceClaim
 from batchsched.core.gpu_pools import stranded_gpus
 from batchsched.core.model import GroupSpec, NodeInfo, PodInfo, group_from_json, pod_from_json
+from batchsched.core.queues.model import QueueInfo
 from batchsched.core.resources import Resources
 from batchsched.core.cluster import ClusterState
 from batchsched.core.snapshot import Snapshot
@@ -65,6 +66,7 @@ class SimCluster:
     def __init__(self, nodes: dict[str, NodeInfo], scheduler_name: str = constants.DEFAULT_SCHEDULER_NAME,
                  dra: DraObjects = DraObjects()):
         self.state = ClusterState(scheduler_name, nodes.values())
+        self.queues: dict[str, QueueInfo] = {}  # Queue objects by name (docs/queues.md)
         for device_class in dra.classes:
             self.state.put_device_class(device_class)
         for resource_slice in dra.slices:
@@ -94,7 +96,7 @@ class SimCluster:
     def snapshot(self, now: float) -> Snapshot:
         """The cycle's view (``now`` in unix seconds); like the shell's, it
         shares the dicts, which nothing changes while a cycle runs."""
-        return Snapshot.of(self.state, self.groups, now)
+        return Snapshot.of(self.state, self.groups, now, queues=self.queues)
 
     def drain_changes(self) -> tuple[set[str], bool]:
         touched, freed = self.touched, self.capacity_freed

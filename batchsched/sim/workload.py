@@ -59,6 +59,7 @@ class Job:
     # Its pods' owner (CONTROLLERS); the simulator ends the job after
     # ``duration`` either way (for a ReplicaSet: scaled down).
     controller: str = "Job"
+    queue: str = ""  # its PodGroup's spec.queue (docs/queues.md); "": the default queue
 
     @property
     def key(self) -> str:
@@ -68,7 +69,8 @@ class Job:
     def has_pod_group(self) -> bool:
         """Jobs of several pods, or with a topology policy, get a PodGroup;
         a lone pod is a gang of one by itself."""
-        return self.pods > 1 or self.min_member > 1 or self.topology_policy != _DEFAULT_TOPOLOGY
+        return (self.pods > 1 or self.min_member > 1 or self.topology_policy != _DEFAULT_TOPOLOGY
+                or bool(self.queue))
 
     @property
     def topology_policy(self) -> TopologyPolicySpec:
@@ -117,7 +119,8 @@ def pod_object(job: Job, index: int, incarnation: int, created: float, scheduler
 
 def pod_group_object(job: Job) -> dict[str, Any]:
     spec = PodGroupSpec(min_member=job.min_member, priority_class_name=job.priority_class or None,
-                        topology_policy=job.topology_policy if job.topology_policy != _DEFAULT_TOPOLOGY else None)
+                        topology_policy=job.topology_policy if job.topology_policy != _DEFAULT_TOPOLOGY else None,
+                        queue=job.queue or None)
     meta: dict[str, Any] = {"name": job.name, "namespace": job.namespace, "generation": 1,
                             "creationTimestamp": stamp(job.arrival)}
     if not job.preemptible:

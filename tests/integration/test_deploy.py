@@ -24,6 +24,7 @@ from tests.integration.test_gang_scheduling import make_gang, members_bound
 from tests.integration.test_partial_gangs import refuse_binding_of
 from tests.integration.test_preemption import Classes, alive, fill_with_inference, preemption_config
 from tests.support.frameworks import kuberay_volcano_cluster, mpi_operator_job
+from tests.integration.test_queues import add_queue
 from tests.support.kube import wait_for
 from tests.support.kubectl import rendered, run_kubectl, service_account_kubeconfig
 
@@ -154,7 +155,7 @@ def unused(rules: set[tuple[str, str, str, str, str]], events: list[dict]) -> se
 @pytest.mark.parametrize("mode, component", [("Evict", None), ("Delete", "preemption-delete")])
 def test_every_rule_granted_is_used_and_nothing_the_scheduler_does_is_refused(
         env, kube, kubeconfig, kubectl, audit_log, start_scheduler, tmp_path, mode, component, gpu_class,
-        foreign_podgroup_crds):
+        foreign_podgroup_crds, queue_crd):
     overlay = tmp_path / "overlay"
     overlay.mkdir()
     (overlay / "kustomization.yaml").write_text(yaml.safe_dump({
@@ -187,6 +188,7 @@ def test_every_rule_granted_is_used_and_nothing_the_scheduler_does_is_refused(
                         kuberay_volcano_cluster("ray", env.namespace, 1, 0)):
         for obj in (group, *pods):
             env.create(obj)
+    add_queue(env, "team")  # watched, and its status written
     config = preemption_config()
     config["schedulerNames"] = SCHEDULER_NAMES
     config["preemption"]["mode"] = mode

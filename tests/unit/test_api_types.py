@@ -5,7 +5,9 @@ import pytest
 import yaml
 
 from batchsched.api.podgroup import ObjectMeta, PodGroup, PodGroupSpec, PodGroupStatus, parse_spec
+from batchsched.api.queue import Queue, QueueMeta, QueueSpec, QueueStatus, ResourceQuota
 from batchsched.core.model import group_from_json
+from batchsched.core.queues.model import queue_from_json
 
 CRD = yaml.safe_load((Path(__file__).resolve().parents[2] / "crds" / "podgroup.yaml").read_text())
 SCHEMA = CRD["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]
@@ -21,7 +23,7 @@ def test_spec_and_status_fields_are_the_crds():
 def test_printer_columns_read_fields_of_the_schema():
     columns = CRD["spec"]["versions"][0]["additionalPrinterColumns"]
     assert [c["name"] for c in columns if not c.get("priority")] == [
-        "Phase", "MinMember", "Bound", "Running", "Pending", "Priority", "Reason", "Age"]
+        "Phase", "Queue", "MinMember", "Bound", "Running", "Pending", "Priority", "Reason", "Age"]
     for column in columns:
         top, field = column["jsonPath"].split(".")[1:3]
         field = field.split("[")[0]
@@ -48,3 +50,32 @@ def test_bad_specs_name_the_field(spec, problem):
 
 def test_unknown_fields_are_ignored_for_forward_compatibility():
     assert parse_spec({"minMember": 2, "someFutureField": True}).min_member == 2
+
+
+QUEUE_CRD = yaml.safe_load((Path(__file__).resolve().parents[2] / "crds" / "queue.yaml").read_text())
+QUEUE_SCHEMA = QUEUE_CRD["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]
+
+
+def test_queue_spec_and_status_fields_are_the_crds():
+    assert {f.alias or n for n, f in QueueSpec.model_fields.items()} == set(QUEUE_SCHEMA["spec"]["properties"])
+    assert {f.alias or n for n, f in QueueStatus.model_fields.items()} == set(QUEUE_SCHEMA["status"]["properties"])
+    for field in ("resources", "gpuTypes"):
+        quota = QUEUE_SCHEMA["spec"]["properties"][field]["additionalProperties"]["properties"]
+        assert set(quota) == set(ResourceQuota.model_fields)
+    assert QUEUE_CRD["spec"]["scope"] == "Cluster" and QUEUE_CRD["spec"]["versions"][0]["subresources"] == \
+        {"status": {}}
+
+
+def test_queue_printer_columns_read_fields_of_the_schema():
+    for column in QUEUE_CRD["spec"]["versions"][0]["additionalPrinterColumns"]:
+        top, field = column["jsonPath"].split(".")[1:3]
+        assert top == "metadata" or field in QUEUE_SCHEMA[top]["properties"], column
+
+
+def test_a_queue_round_trips_through_its_json():
+    queue = Queue(metadata=QueueMeta(name="team-a"),
+                  spec=QueueSpec(parent="org", resources={"nvidia.com/gpu": ResourceQuota(guaranteed=8, limit=16)}))
+    assert queue.to_json()["spec"] == {"parent": "org", "weight": 1.0, "reclaimable": True,
+                                       "resources": {"nvidia.com/gpu": {"guaranteed": 8, "limit": 16}},
+                                       "gpuTypes": {}}
+    assert queue_from_json(queue.to_json()).limits() == {"nvidia.com/gpu": 16}

@@ -8,10 +8,17 @@
   plugin, KubeRay).
 * ``volcano``: PodGroup ``scheduling.volcano.sh/v1beta1``, pod annotation
   ``scheduling.k8s.io/group-name`` (KubeRay, Trainer, Spark, MPI Operator).
+* ``kueue``: Kueue's plain-pod groups, no PodGroup object: pod label
+  ``kueue.x-k8s.io/pod-group-name``, and every pod's annotation
+  ``kueue.x-k8s.io/pod-group-total-count`` is the gang's minMember
+  (``kueue.py``).  Kueue's scheduling gate holds the pods until it admits
+  the group; the gang waits for them as for any gated members.
 
 A pod that two sources claim belongs to the first in ``PRECEDENCE``: our own
 label is the one written for batchsched alone, then scheduler-plugins' label
-(a label, which kubectl and selectors see), then Volcano's annotation.
+(a label, which kubectl and selectors see), then Volcano's annotation, then
+Kueue's group label (an admission grouping, which a scheduler's PodGroup
+on the same pods refines).
 
 This module only names things and reads pods; each foreign source's
 PodGroup is read (and its status written) by its own module here.
@@ -26,7 +33,8 @@ from batchsched.api import constants
 OWN = "batchsched"
 SCHEDULER_PLUGINS = "scheduler-plugins"
 VOLCANO = "volcano"
-PRECEDENCE = (OWN, SCHEDULER_PLUGINS, VOLCANO)
+KUEUE = "kueue"
+PRECEDENCE = (OWN, SCHEDULER_PLUGINS, VOLCANO, KUEUE)
 
 
 @dataclass(frozen=True)
@@ -37,6 +45,7 @@ class GangSource:
     member_key: str  # the pod label or annotation naming the PodGroup
     by_annotation: bool  # member_key is an annotation, not a label
     status_subresource: bool  # the CRD serves podgroups/status
+    podgroups: bool = True  # False: no PodGroup object, the pods say all (Kueue)
 
     @property
     def api_version(self) -> str:
@@ -63,10 +72,24 @@ SOURCES: Mapping[str, GangSource] = {
                                   "scheduling.x-k8s.io/pod-group", False, True),
     # Volcano's CRD has no status subresource: its scheduler updates the whole object.
     VOLCANO: GangSource(VOLCANO, "scheduling.volcano.sh", "v1beta1", "scheduling.k8s.io/group-name", True, False),
+    KUEUE: GangSource(KUEUE, "kueue.x-k8s.io", "v1beta2", "kueue.x-k8s.io/pod-group-name", False, False,
+                      podgroups=False),
 }
 
 # Longer values cannot be an object name: such a pod is not in any gang of that source.
 MAX_GROUP_NAME = 253
+# Kueue's plain-pod groups state their size on every pod (kueue.py).
+TOTAL_COUNT_ANNOTATION = "kueue.x-k8s.io/pod-group-total-count"
+MAX_TOTAL_COUNT = 100_000  # as our PodGroup's minMember
+
+
+def total_count(annotations: Mapping[str, str]) -> int:
+    """A Kueue pod's stated group size; 0 when absent or not a count (digits, 1 to MAX_TOTAL_COUNT)."""
+    value = annotations.get(TOTAL_COUNT_ANNOTATION)
+    if not isinstance(value, str) or not value.isdigit() or len(value) > 6:
+        return 0
+    count = int(value)
+    return count if 1 <= count <= MAX_TOTAL_COUNT else 0
 
 
 def pod_group(labels: Mapping[str, str], annotations: Mapping[str, str],

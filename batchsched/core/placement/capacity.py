@@ -136,11 +136,14 @@ class ShapeView:
     def reason_counts(self, reserved: Collection[str], taken: Mapping[str, Mapping[str, int]],
                       rooms: Mapping[str, GpuRoom]) -> Counter:
         """Per-reason node counts for a pod of this shape, with ``reserved``
-        nodes off-limits and ``taken`` and ``rooms`` overriding the index's."""
+        nodes off-limits and ``taken`` and ``rooms`` overriding the index's.
+        ``reserved`` may map each node to why it is off-limits (default: a
+        reservation)."""
         counts = self._static_counts + self._short_counts
+        why = reserved.get if isinstance(reserved, Mapping) else lambda name, default: default
         for name in self.feasible.intersection(reserved):
             counts.subtract(self._short.get(name, ()))
-            counts[REASON_RESERVED] += 1
+            counts[why(name, REASON_RESERVED)] += 1
         for name, free in taken.items():
             if name in self.feasible and name not in reserved:
                 counts.subtract(self._short.get(name, ()))

@@ -1,0 +1,1 @@
+"""Queues: tenants' quotas, fair share and admission (docs/queues.md)."""

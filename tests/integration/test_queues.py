@@ -1,0 +1,62 @@
+"""Queues end to end: the real scheduler process against a real API server
+(docs/queues.md).  "Never binds" is asserted only once the scheduler has
+written its verdict on the gang."""
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from batchsched.api import constants
+from batchsched.api.queue import Queue, QueueMeta, QueueSpec
+from tests.integration.test_gang_scheduling import members_bound, wait_unschedulable
+from tests.support.kube import wait_for
+from tests.support.objects import pod, pod_group
+
+pytestmark = pytest.mark.e2e
+
+QUEUES = f"/apis/{constants.GROUP}/{constants.VERSION}/queues"
+
+
+def add_queue(env, name: str, **spec) -> str:
+    """A Queue named for this test run (Queues are cluster-scoped), removed after it."""
+    full = f"{env.id}-{name}"
+    env.add_cluster_object(Queue(metadata=QueueMeta(name=full), spec=QueueSpec.model_validate(spec)).to_json())
+    return full
+
+
+def test_a_queue_at_its_limit_keeps_the_gang_pending_with_the_reason(env, start_scheduler, queue_crd, kubectl):
+    env.add_node("n1", gpus=8)
+    team = add_queue(env, "team-a", resources={constants.GPU_RESOURCE: {"guaranteed": 2, "limit": 4}})
+    for name in ("held", "train"):
+        env.create(pod_group(name, env.namespace, 1, queue=team))
+        env.create(pod(f"{name}-0", env.namespace, group=name, gpus=4))
+    start_scheduler()
+    # whichever goes first takes the queue's 4 GPUs; the other waits for the queue, not for room
+    wait_for("one gang bound", lambda: len(members_bound(env, "held-") + members_bound(env, "train-")) == 1)
+    waiting = "train" if members_bound(env, "held-") else "held"
+    scheduled = wait_unschedulable(env, waiting, "QueueAtLimit")
+    assert (f"queue {team} is at its limit: 4/4 {constants.GPU_RESOURCE} "
+            f"(gang {env.namespace}/{waiting} needs 4 at once)") in scheduled["message"]
+    assert members_bound(env, f"{waiting}-") == []
+    status = wait_for("queue status written", lambda: (
+        s := env.kube.get(f"{QUEUES}/{team}").get("status") or {}).get("pendingGangs") == 1 and s)
+    assert status["allocated"][constants.GPU_RESOURCE] == "4" and status["borrowed"] == {constants.GPU_RESOURCE: "2"}
+    assert status["runningGangs"] == 1
+    out = subprocess.run([kubectl, "--kubeconfig", env.kubeconfig, "get", "queues.scheduling.batchsched.io", team],
+                         capture_output=True, text=True, check=True).stdout.split("\n")
+    assert out[0].split() == ["NAME", "PARENT", "WEIGHT", "GPU-GUARANTEED", "GPU-LIMIT", "GPU-ALLOCATED", "PENDING",
+                              "AGE"]
+    # (no parent: that column is blank) weight, GPUs guaranteed, limit, allocated, pending gangs
+    assert out[1].split()[:6] == [team, "1", "2", "4", "4", "1"]
+
+
+def test_a_podgroup_naming_a_missing_queue_gets_a_clear_condition(env, start_scheduler, queue_crd):
+    env.add_node("n1", gpus=8)
+    env.create(pod_group("lost", env.namespace, 1, queue=f"{env.id}-nowhere"))
+    env.create(pod("lost-0", env.namespace, group="lost", gpus=1))
+    start_scheduler()
+    scheduled = wait_unschedulable(env, "lost", "QueueNotFound")
+    assert scheduled["message"].startswith(f"Queue {env.id}-nowhere not found (spec.queue of PodGroup "
+                                           f"{env.namespace}/lost)")
+    assert members_bound(env, "lost-") == []

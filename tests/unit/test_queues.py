@@ -1,0 +1,516 @@
+"""Queues: fair-share arithmetic against hand-computed cases, admission in
+the cycle (limits, borrowing, hierarchy, GPU types, order among queues),
+and Queue objects that make no sense."""
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import random
+from fractions import Fraction as F
+
+import pytest
+
+from batchsched.api.constants import GPU_PRODUCT_LABEL
+from batchsched.api.queue import QueueStatus
+from batchsched.core.config import CoreConfig
+from batchsched.core.cycle import schedule_cycle
+from batchsched.core.explain import explain_gang
+from batchsched.core.queueing.queue import GangQueue
+from batchsched.core.queues.book import QueueBook
+from batchsched.core.queues.model import QueueInfo, queue_from_json
+from batchsched.core.queues.report import summarize
+from batchsched.core.queues.share import Claimant, divide, dominant_share, fair_shares
+from batchsched.core.snapshot import Snapshot
+from batchsched.shell import cache as cache_module
+from batchsched.shell.cache import ClusterCache
+from batchsched.shell.metrics import Metrics
+from batchsched.shell.scheduler import _with_removals
+from tests.unit.cache_support import relist
+from tests.unit.helpers import gang_pods, group, node, pod, snapshot
+from tests.unit.test_dra import NotServed
+
+CONFIG = CoreConfig(initial_backoff=1, max_backoff=4)
+GPU = "nvidia.com/gpu"
+
+
+def queue(name: str, parent: str | None = None, weight: float = 1, guaranteed=None, limit=None,
+          gpu_types=None, **resources) -> QueueInfo:
+    spec: dict = {"weight": weight, "resources": {}}
+    if parent:
+        spec["parent"] = parent
+    if guaranteed is not None or limit is not None:
+        spec["resources"][GPU] = {k: v for k, v in (("guaranteed", guaranteed), ("limit", limit)) if v is not None}
+    spec["resources"].update(resources)
+    if gpu_types:
+        spec["gpuTypes"] = gpu_types
+    return queue_from_json({"metadata": {"name": name}, "spec": spec})
+
+
+def in_queue(name: str, queue_name: str, min_member: int = 1, created: float = 0.0):
+    return dataclasses.replace(group(name, min_member=min_member, created=created), queue=queue_name)
+
+
+def with_queues(snap: Snapshot, *queues: QueueInfo, invalid=None) -> Snapshot:
+    return dataclasses.replace(snap, queues={q.name: q for q in queues}, invalid_queues=invalid or {})
+
+
+def cycle(snap: Snapshot):
+    return schedule_cycle(snap, GangQueue.from_config(CONFIG), CONFIG)
+
+
+def bound_gangs(plan) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for b in plan.bindings:
+        counts[b.gang_key] = counts.get(b.gang_key, 0) + 1
+    return counts
+
+
+# ---- fair-share arithmetic ---------------------------------------------------
+
+def shares(capacity, *claimants):
+    return divide(F(capacity), claimants)
+
+
+def test_equal_weights_split_evenly_and_what_one_cannot_use_goes_to_the_other():
+    # 10 GPUs, A wants 10, B wants 2: B is filled (2), A gets the other 8.
+    assert shares(10, Claimant("a", F(10)), Claimant("b", F(2))) == {"a": 8, "b": 2}
+    # three equal claimants of 10: a third each, exactly
+    assert shares(10, *(Claimant(n, F(10)) for n in "abc")) == {n: F(10, 3) for n in "abc"}
+
+
+def test_weights_split_the_surplus():
+    # 12 GPUs at weights 3:1, both wanting all: 9 and 3.
+    assert shares(12, Claimant("a", F(12), weight=F(3)), Claimant("b", F(12))) == {"a": 9, "b": 3}
+
+
+def test_guaranteed_first_then_the_rest_by_weight():
+    # 10 GPUs; A guaranteed 6, B guaranteed 2, both want 10: 6+2 first, the
+    # 2 left split 1:1 -> 7 and 3.
+    assert shares(10, Claimant("a", F(10), F(6)), Claimant("b", F(10), F(2))) == {"a": 7, "b": 3}
+
+
+def test_a_guarantee_beyond_the_demand_is_lent():
+    # A guaranteed 8 but wants 2: B gets the 8 left of 10.
+    assert shares(10, Claimant("a", F(2), F(8)), Claimant("b", F(10))) == {"a": 2, "b": 8}
+
+
+def test_the_limit_caps_and_the_rest_goes_to_the_others():
+    # 12 GPUs; A limited to 4, both want 10: A 4, B 8.
+    assert shares(12, Claimant("a", F(10), limit=F(4)), Claimant("b", F(10))) == {"a": 4, "b": 8}
+    # everyone capped below the capacity: the remainder stays idle
+    assert shares(12, Claimant("a", F(10), limit=F(4)), Claimant("b", F(3))) == {"a": 4, "b": 3}
+
+
+def test_oversubscribed_guarantees_are_scaled_down_alike():
+    # guarantees 8 + 8 on 12 GPUs, both wanting 10: 6 each.
+    assert shares(12, Claimant("a", F(10), F(8)), Claimant("b", F(10), F(8))) == {"a": 6, "b": 6}
+
+
+def test_fair_shares_over_two_levels():
+    # 16 GPUs.  Top level: org-x (teams a, weight 1, and b, weight 3, each
+    # wanting 10: org-x wants 20) and org-y wanting 4.  16 split 8/8, org-y
+    # filled at 4, org-x gets 12; org-x's 12 split 1:3 -> a 3, b 9.
+    queues = {q.name: q for q in (queue("org-x"), queue("org-y"), queue("team-a", parent="org-x"),
+                                  queue("team-b", parent="org-x", weight=3))}
+    demand = {"team-a": {GPU: 10}, "team-b": {GPU: 10}, "org-y": {GPU: 4}}
+    got = fair_shares(queues, demand, {GPU: 16})
+    assert {n: s[GPU] for n, s in got.items()} == {"org-x": 12, "org-y": 4, "team-a": 3, "team-b": 9}
+
+
+def test_a_parent_limit_binds_its_children_together():
+    # As above, org-x limited to 8: org-x 8 (a 2, b 6), org-y 4, 4 idle.
+    queues = {q.name: q for q in (queue("org-x", limit=8), queue("org-y"), queue("team-a", parent="org-x"),
+                                  queue("team-b", parent="org-x", weight=3))}
+    demand = {"team-a": {GPU: 10}, "team-b": {GPU: 10}, "org-y": {GPU: 4}}
+    got = fair_shares(queues, demand, {GPU: 16})
+    assert {n: s[GPU] for n, s in got.items()} == {"org-x": 8, "org-y": 4, "team-a": 2, "team-b": 6}
+
+
+def test_fair_shares_are_per_resource_and_the_default_queue_needs_no_object():
+    # cpu: 100 cores; A (guaranteed 60 cores) and the implicit default queue
+    # both want 80: A gets its 60, the 40 left split 20/20, so A 80, default 20.
+    # GPUs: only the default queue wants them (4 of 8).
+    queues = {"a": queue("a", cpu={"guaranteed": "60"})}
+    got = fair_shares(queues, {"a": {"cpu": 80_000, GPU: 0}, "default": {"cpu": 80_000, GPU: 4}},
+                      {"cpu": 100_000, GPU: 8})
+    assert got["a"] == {"cpu": 80_000, GPU: 0} and got["default"] == {"cpu": 20_000, GPU: 4}
+
+
+def test_dominant_share_is_the_largest_weighted_fraction_held():
+    # 4 of 16 GPUs (1/4) and 10 of 100 cpus (1/10): 1/4; at weight 2, 1/8.
+    total = {GPU: 16, "cpu": 100_000}
+    held = {GPU: 4, "cpu": 10_000}
+    assert dominant_share(queue("a"), held, total) == F(1, 4)
+    assert dominant_share(queue("a", weight=2), held, total) == F(1, 8)
+    # a per-resource weight counts for that resource alone: cpu weight 1/2 -> 1/5 < 1/4
+    assert dominant_share(queue("a", cpu={"weight": 0.5}), held, total) == F(1, 4)
+    assert dominant_share(queue("a"), {}, total) == 0
+
+
+# ---- admission in the cycle ---------------------------------------------------
+
+def gpu_nodes(count=2, gpus=8, labels=None):
+    return [node(f"n{i}", cpu="64", memory="256Gi", gpu=gpus, labels=labels) for i in range(count)]
+
+
+def running(name: str, count: int, gpu: int, node_name: str, created: float = -100.0):
+    return [pod(f"{name}-{i}", group=name, gpu=gpu, node_name=node_name, phase="Running", created=created)
+            for i in range(count)]
+
+
+def test_a_queue_at_its_limit_keeps_the_gang_pending_with_the_reason():
+    snap = with_queues(snapshot(gpu_nodes(), running("held", 2, 4, "n0") + gang_pods("train", 1, gpu=4),
+                                [in_queue("held", "team-a"), in_queue("train", "team-a")]),
+                       queue("team-a", limit=8))
+    plan = cycle(snap)
+    assert plan.bindings == []
+    verdict = plan.verdicts["default/train"]
+    assert verdict.reason == "QueueAtLimit"
+    assert "queue team-a is at its limit: 8/8 nvidia.com/gpu (gang default/train needs 4 at once)" in verdict.message
+
+
+def test_a_gang_bigger_than_its_queue_is_told_so():
+    snap = with_queues(snapshot(gpu_nodes(), gang_pods("big", 3, gpu=4), [in_queue("big", "team-a", 3)]),
+                       queue("team-a", limit=8))
+    verdict = cycle(snap).verdicts["default/big"]
+    assert verdict.reason == "QueueAtLimit" and "queue team-a is too small: gang default/big needs 12" in \
+        verdict.message
+
+
+def test_a_queue_borrows_idle_room_beyond_its_guaranteed_up_to_its_limit():
+    # team-a guaranteed 4, limit 12; team-b's guaranteed 8 lies idle: team-a takes 12.
+    snap = with_queues(snapshot(gpu_nodes(), gang_pods("wide", 3, gpu=4), [in_queue("wide", "team-a", 3)]),
+                       queue("team-a", guaranteed=4, limit=12), queue("team-b", guaranteed=8))
+    assert bound_gangs(cycle(snap)) == {"default/wide": 3}
+
+
+def test_quota_is_charged_by_placement_within_one_cycle():
+    # limit 6: of two 4-GPU gangs the first placed takes the queue's room, the second waits.
+    snap = with_queues(snapshot(gpu_nodes(), gang_pods("one", 1, gpu=4, created=1) + gang_pods("two", 1, gpu=4,
+                                                                                                  created=2),
+                                [in_queue("one", "team-a", created=1), in_queue("two", "team-a", created=2)]),
+                       queue("team-a", limit=6))
+    plan = cycle(snap)
+    assert bound_gangs(plan) == {"default/one": 1}
+    assert "4/6 nvidia.com/gpu" in plan.verdicts["default/two"].message
+
+
+def test_a_gang_that_does_not_fit_charges_nothing_to_its_queue():
+    # limit 20; the older gang (3 x 4 GPUs, 8 free GPUs) fits the quota but
+    # not the nodes, so the younger 8-GPU gang still fits within the limit.
+    snap = with_queues(snapshot(gpu_nodes(count=2), [pod("other", gpu=8, node_name="n0", phase="Running",
+                                                         scheduler="default-scheduler")]
+                                + gang_pods("huge", 3, gpu=4, created=1) + gang_pods("small", 1, gpu=8, created=2),
+                                [in_queue("huge", "team-a", 3, created=1), in_queue("small", "team-a", created=2)]),
+                       queue("team-a", limit=20))
+    plan = cycle(snap)
+    assert plan.verdicts["default/huge"].reason == "Unschedulable"  # 12 GPUs fit the quota, not the nodes
+    assert bound_gangs(plan) == {"default/small": 1}
+
+
+def test_a_parent_limit_binds_its_children_together_in_the_cycle():
+    snap = with_queues(snapshot(gpu_nodes(), running("a-job", 3, 2, "n0") + gang_pods("b-job", 1, gpu=4),
+                                [in_queue("a-job", "team-a"), in_queue("b-job", "team-b")]),
+                       queue("org", limit=8), queue("team-a", parent="org"), queue("team-b", parent="org", limit=8))
+    verdict = cycle(snap).verdicts["default/b-job"]
+    assert verdict.reason == "QueueAtLimit"
+    assert "queue team-b's parent org is at its limit: 6/8 nvidia.com/gpu" in verdict.message
+
+
+def test_extra_members_beyond_the_quorum_wait_for_the_queue():
+    # minMember 2 of 4 pods x 2 GPUs, limit 6: 3 bound, the 4th waits for room in the queue.
+    snap = with_queues(snapshot(gpu_nodes(), gang_pods("elastic", 4, gpu=2), [in_queue("elastic", "team-a", 2)]),
+                       queue("team-a", limit=6))
+    plan = cycle(snap)
+    assert bound_gangs(plan) == {"default/elastic": 3}
+    assert "1 more wait for their queue: queue team-a is at its limit" in plan.verdicts["default/elastic"].message
+
+
+def test_the_queue_with_the_lowest_share_goes_first():
+    # 8 GPUs free on n1; team-a already holds n0's 8, so team-b's gang goes
+    # first even though team-a's is older and of higher priority.
+    snap = with_queues(snapshot(gpu_nodes(), running("a-old", 1, 8, "n0")
+                                + gang_pods("a-next", 1, gpu=8, created=1, priority=100)
+                                + gang_pods("b-next", 1, gpu=8, created=5),
+                                [in_queue("a-old", "team-a"), in_queue("a-next", "team-a", created=1),
+                                 in_queue("b-next", "team-b", created=5)]),
+                       queue("team-a"), queue("team-b"))
+    plan = cycle(snap)
+    assert bound_gangs(plan) == {"default/b-next": 1}
+    assert plan.verdicts["default/a-next"].reason == "Unschedulable"
+
+
+def test_a_queue_below_its_guaranteed_goes_before_a_lower_share():
+    # team-a (guaranteed 16) holds 8, above team-b's share of 0, yet is below its guaranteed.
+    snap = with_queues(snapshot(gpu_nodes(count=3), running("a-old", 1, 8, "n0")
+                                + gang_pods("a-next", 1, gpu=8, created=5) + gang_pods("b-next", 1, gpu=16,
+                                                                                       created=1),
+                                [in_queue("a-old", "team-a"), in_queue("a-next", "team-a", created=5),
+                                 in_queue("b-next", "team-b", created=1)]),
+                       queue("team-a", guaranteed=16), queue("team-b"))
+    plan = cycle(snap)
+    assert bound_gangs(plan) == {"default/a-next": 1}
+
+
+def test_weights_divide_the_share():
+    # each holds 8 GPUs of 24; team-b at weight 2 has half team-a's share and goes first.
+    snap = with_queues(snapshot(gpu_nodes(count=3), running("a-old", 1, 8, "n0") + running("b-old", 1, 8, "n1")
+                                + gang_pods("a-next", 1, gpu=8, created=1) + gang_pods("b-next", 1, gpu=8, created=2),
+                                [in_queue("a-old", "team-a"), in_queue("b-old", "team-b"),
+                                 in_queue("a-next", "team-a", created=1), in_queue("b-next", "team-b", created=2)]),
+                       queue("team-a"), queue("team-b", weight=2))
+    assert bound_gangs(cycle(snap)) == {"default/b-next": 1}
+
+
+def typed_nodes():
+    return [node("h0", cpu="64", memory="256Gi", gpu=8, labels={GPU_PRODUCT_LABEL: "H100"}),
+            node("a0", cpu="64", memory="256Gi", gpu=8, labels={GPU_PRODUCT_LABEL: "A100"})]
+
+
+def test_gpu_type_quotas_are_apart():
+    # team-a may hold 4 H100: with 4 held, its next pod goes to the A100 node.
+    pods = running("held", 1, 4, "h0") + gang_pods("next", 1, gpu=4)
+    snap = with_queues(snapshot(typed_nodes(), pods, [in_queue("held", "team-a"), in_queue("next", "team-a")]),
+                       queue("team-a", gpu_types={"H100": {"limit": 4}}))
+    plan = cycle(snap)
+    assert [(b.pod_name, b.node_name) for b in plan.bindings] == [("next-0", "a0")]
+
+
+def test_a_gpu_type_at_its_limit_is_named_node_by_node():
+    pods = running("held", 1, 4, "h0") + [pod("x", gpu=8, node_name="a0", phase="Running",
+                                               scheduler="default-scheduler")] + gang_pods("next", 1, gpu=4)
+    snap = with_queues(snapshot(typed_nodes(), pods, [in_queue("held", "team-a"), in_queue("next", "team-a")]),
+                       queue("team-a", gpu_types={"H100": {"limit": 4}}))
+    verdict = cycle(snap).verdicts["default/next"]
+    assert verdict.reason == "Unschedulable"
+    assert "1 node(s) had nvidia.com/gpu.product=H100, where queue team-a is at its limit (4/4 nvidia.com/gpu)" \
+        in verdict.message
+    assert "1 Insufficient nvidia.com/gpu" in verdict.message
+
+
+def test_a_plan_beyond_a_gpu_type_headroom_waits():
+    # 2 H100 left in the quota; a 2-pod gang of 2 GPUs each planned onto the
+    # H100 node would take 4 of them: it waits, said in GPU-type terms.
+    snap = with_queues(snapshot(typed_nodes()[:1], running("held", 1, 2, "h0") + gang_pods("pair", 2, gpu=2),
+                                [in_queue("held", "team-a"), in_queue("pair", "team-a", 2)]),
+                       queue("team-a", gpu_types={"H100": {"limit": 4}}))
+    verdict = cycle(snap).verdicts["default/pair"]
+    assert verdict.reason == "QueueAtLimit"
+    assert "2/4 nvidia.com/gpu of nvidia.com/gpu.product=H100" in verdict.message
+
+
+def test_a_missing_queue_is_a_clear_condition_and_the_default_queue_needs_no_object():
+    snap = snapshot(gpu_nodes(), gang_pods("lost", 1, gpu=1) + gang_pods("plain", 1, gpu=1),
+                    [in_queue("lost", "no-such-queue"), group("plain")])
+    plan = cycle(snap)
+    assert bound_gangs(plan) == {"default/plain": 1}
+    verdict = plan.verdicts["default/lost"]
+    assert verdict.reason == "QueueNotFound"
+    assert verdict.message.startswith("Queue no-such-queue not found (spec.queue of PodGroup default/lost)")
+
+
+@pytest.mark.parametrize("queues, invalid, reason, words", [
+    ((), {"team-a": "spec.weight: Input should be greater than 0"}, "InvalidQueue",
+     "Queue team-a is invalid: spec.weight"),
+    ((queue("team-a", parent="org"),), {}, "QueueNotFound", "names parent queue org, which does not exist"),
+    ((queue("team-a", parent="org"), queue("org", parent="top"), queue("top")), {}, "InvalidQueue",
+     "two levels at most"),
+    ((queue("team-a"), queue("child", parent="team-a")), {}, "InvalidQueue", "has child queues"),
+])
+def test_a_queue_that_cannot_admit_says_why(queues, invalid, reason, words):
+    snap = with_queues(snapshot(gpu_nodes(), gang_pods("g", 1, gpu=1), [in_queue("g", "team-a")]), *queues,
+                       invalid=invalid)
+    verdict = cycle(snap).verdicts["default/g"]
+    assert verdict.reason == reason and words in verdict.message
+
+
+# ---- hostile Queue objects -------------------------------------------------------
+
+@pytest.mark.parametrize("spec, problem", [
+    ({"weight": -1}, "spec.weight: Input should be greater than 0"),
+    ({"weight": True}, "spec.weight: Value error, should be a number above 0, not a boolean"),
+    ({"weight": float("nan")}, "spec.weight"),
+    ({"weight": 1e300}, "spec.weight: Input should be less than or equal to 1000000"),
+    ({"reclaimable": "yes"}, "spec.reclaimable: Input should be a valid boolean"),
+    ({"resources": ["nvidia.com/gpu"]}, "spec.resources: Input should be a valid dictionary"),
+    ({"resources": {GPU: {"limit": "-4"}}}, "spec.resources.nvidia.com/gpu.limit: '-4' is negative"),
+    ({"resources": {GPU: {"limit": -4}}}, "is negative"),
+    ({"resources": {GPU: {"limit": "1e99"}}}, "exponent beyond"),
+    ({"resources": {GPU: {"limit": 2**80}}}, "exceeds 9223372036854775807"),
+    ({"resources": {GPU: {"limit": "8x"}}}, "invalid quantity '8x'"),
+    ({"resources": {GPU: {"limit": {"a": 1}}}}, "spec.resources.nvidia.com/gpu.limit"),
+    ({"resources": {GPU: {"guaranteed": 16, "limit": 8}}}, "guaranteed 16 is above limit 8"),
+    ({"resources": {f"r{i}": {"limit": 1} for i in range(33)}}, "spec.resources: Dictionary should have at most 32"),
+    ({"gpuTypes": {"x" * 64: {"limit": 1}}}, "spec.gpuTypes"),
+    ({"parent": ["org"]}, "spec.parent: Input should be a valid string"),
+    ({"parent": "q"}, "cannot be its own parent"),
+    ("just a string", "spec: Input should be a valid dictionary"),
+])
+def test_bad_queues_name_the_field(spec, problem):
+    with pytest.raises(ValueError, match=None) as err:
+        queue_from_json({"metadata": {"name": "q"}, "spec": spec})
+    assert problem in str(err.value)
+
+
+def test_junk_never_raises_anything_but_value_error():
+    rng = random.Random(15)
+    junk = [None, True, -1, 0, 2**70, 1e308, float("inf"), "", "1e5000", "x" * 10_000, [], {}, [1], {"a": None}]
+
+    def value(depth: int):
+        if depth and rng.random() < 0.5:
+            return {rng.choice(["guaranteed", "limit", "weight", GPU, "H100", "parent"]): value(depth - 1)
+                    for _ in range(rng.randint(0, 3))}
+        return rng.choice(junk)
+
+    for _ in range(2000):
+        spec = {rng.choice(["weight", "parent", "reclaimable", "resources", "gpuTypes", "other"]): value(3)
+                for _ in range(rng.randint(0, 4))}
+        try:
+            info = queue_from_json({"metadata": {"name": "q", "generation": value(1)}, "spec": spec})
+        except ValueError:
+            continue
+        assert all(q.limit is None or 0 <= q.limit < 2**63 for q in info.quotas.values())
+
+
+# ---- the watch cache --------------------------------------------------------------
+
+
+def queue_json(name: str, **spec) -> dict:
+    return {"metadata": {"name": name, "uid": f"uid-{name}", "generation": 1}, "spec": spec}
+
+
+def test_the_cache_converts_queues_and_reports_a_bad_one_without_dropping_the_others():
+    cache = ClusterCache("batchsched")
+    reports = []
+    cache.on_bad_object = lambda kind, obj, why: reports.append((kind, obj["metadata"]["name"], why))
+    relist(cache, "queues", [queue_json("team-a", weight=2, resources={GPU: {"limit": 8}}),
+                             queue_json("bad", weight="heavy")])
+    assert cache.queues["team-a"].limits() == {GPU: 8} and cache.queues["team-a"].weight == 2
+    assert list(cache.invalid_queues) == ["bad"] and "spec.weight" in cache.invalid_queues["bad"]
+    assert [(kind, name) for kind, name, _ in reports] == [("Queue", "bad")]
+    snap = cache.snapshot(0.0)
+    assert set(snap.queues) == {"team-a"} and set(snap.invalid_queues) == {"bad"}
+
+
+def test_a_queue_change_retries_every_waiting_gang_and_a_deletion_forgets_it():
+    cache = ClusterCache("batchsched")
+    cache.state.put_pod(pod("w-0", group="w"))
+    relist(cache, "queues", [queue_json("team-a")])
+    cache.drain_changes()
+    cache._apply_queue("MODIFIED", queue_json("team-a", resources={GPU: {"limit": 4}}))
+    assert cache.drain_changes()[0] == {"default/w"}
+    cache._apply_queue("MODIFIED", queue_json("team-a", resources={GPU: {"limit": 4}}))
+    assert cache.drain_changes()[0] == set()  # the same queue again: nothing to retry
+    cache._apply_queue("DELETED", queue_json("team-a"))
+    assert cache.queues == {} and cache.drain_changes()[0] == {"default/w"}
+
+
+def test_without_the_queue_crd_the_reflector_runs_empty_and_looks_again(monkeypatch):
+    monkeypatch.setattr(cache_module, "ABSENT_RECHECK_SECONDS", 0.01)
+    cache = ClusterCache("batchsched")
+    relist(cache, "queues", [queue_json("team-a")])
+    reflector = next(r for r in cache.reflectors(NotServed(404)) if r.kind == "queues")
+
+    async def run_a_while() -> None:
+        task = asyncio.create_task(reflector.run())
+        await asyncio.sleep(0.05)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    asyncio.run(run_a_while())
+    assert reflector.optional and reflector.absent and reflector.synced.is_set()
+    assert cache.queues == {}  # what it held is no longer known to be there
+
+
+# ---- status and metrics -----------------------------------------------------------
+
+
+def test_a_summary_gives_allocated_guaranteed_fair_share_borrowed_and_gangs():
+    # 16 GPUs.  team-a (guaranteed 4) holds 8 and waits for 4 more; team-b
+    # waits for 8.  Fair share: team-a's 4 first, the 12 left split 6/6,
+    # neither filled: team-a 10, team-b 6.
+    snap = with_queues(snapshot(gpu_nodes(), running("a-old", 1, 8, "n0") + gang_pods("a-next", 1, gpu=4)
+                                + gang_pods("b-next", 1, gpu=8),
+                                [in_queue("a-old", "team-a"), in_queue("a-next", "team-a"),
+                                 in_queue("b-next", "team-b")]),
+                       queue("team-a", guaranteed=4), queue("team-b"))
+    summaries = summarize(snap, CONFIG)
+    a, b = summaries["team-a"], summaries["team-b"]
+    assert (a.allocated[GPU], a.guaranteed, a.fair_share[GPU], a.borrowed[GPU], a.pending_gangs, a.running_gangs) \
+        == (8, {GPU: 4}, 10, 4, 1, 1)
+    assert (b.allocated, b.fair_share[GPU], b.pending_gangs, b.running_gangs) == ({}, 6, 1, 0)
+    assert a.status()["fairShare"][GPU] == "10" and a.status()["borrowed"] == {GPU: "4"}
+    assert QueueStatus.model_validate(a.status()).pending_gangs == 1  # the API's own type reads it
+    metrics = Metrics()
+    metrics.read_live(dict, dict, lambda: summaries)
+    text = metrics.exposition().decode()
+    assert 'batchsched_queue_allocated{queue="team-a",resource="nvidia.com/gpu"} 8.0' in text
+    assert 'batchsched_queue_fair_share{queue="team-b",resource="nvidia.com/gpu"} 6.0' in text
+    assert 'batchsched_queue_gangs{queue="team-b",state="pending"} 1.0' in text
+
+
+def test_a_parent_summary_adds_up_its_children():
+    snap = with_queues(snapshot(gpu_nodes(), running("a-job", 1, 4, "n0") + running("b-job", 1, 2, "n1"),
+                                [in_queue("a-job", "team-a"), in_queue("b-job", "team-b")]),
+                       queue("org", limit=8), queue("team-a", parent="org"), queue("team-b", parent="org"))
+    org = summarize(snap, CONFIG)["org"]
+    assert (org.allocated[GPU], org.running_gangs) == (6, 2)
+
+
+def test_amounts_gone_from_a_queue_status_are_removed_by_the_patch():
+    written = {"allocated": {GPU: "8", "cpu": "4"}, "pendingGangs": 1}
+    assert _with_removals({"allocated": {"cpu": "2"}, "pendingGangs": 0}, written) == \
+        {"allocated": {"cpu": "2", GPU: None}, "pendingGangs": 0}
+
+
+# ---- explain ------------------------------------------------------------------------
+
+
+def test_explain_names_the_queue_reason():
+    snap = with_queues(snapshot(gpu_nodes(), running("held", 2, 4, "n0") + gang_pods("train", 1, gpu=4),
+                                [in_queue("held", "team-a"), in_queue("train", "team-a")]),
+                       queue("team-a", guaranteed=4, limit=8))
+    report = explain_gang(snap, "default/train", CONFIG)
+    assert report.verdict == ("QueueAtLimit: waits for its queue: queue team-a is at its limit: 8/8 nvidia.com/gpu "
+                              "(gang default/train needs 4 at once)")
+    assert "  queue: team-a, weight 1: nvidia.com/gpu 8 held, 4 guaranteed; limit 8 nvidia.com/gpu" in str(report)
+    assert report.data["queue"]["allocated"][GPU] == "8" and report.data["reason"] == "QueueAtLimit"
+    lost = explain_gang(with_queues(snapshot(gpu_nodes(), gang_pods("x", 1, gpu=1), [in_queue("x", "nope")])),
+                        "default/x", CONFIG)
+    assert lost.verdict.startswith("cannot be scheduled: QueueNotFound: Queue nope not found")
+
+
+def test_the_default_queue_without_an_object_takes_its_turn_by_share_too():
+    # 24 GPUs, team-a holds 4 (share 1/6).  The default queue (share 0) places
+    # its first 8-GPU gang, which lifts it to 1/3: team-a's gang goes next,
+    # before the default queue's older second gang, which then finds no room.
+    snap = with_queues(snapshot(gpu_nodes(count=3), running("a-old", 1, 4, "n0")
+                                + gang_pods("d1", 1, gpu=8, created=1) + gang_pods("d2", 1, gpu=8, created=2)
+                                + gang_pods("a-next", 1, gpu=8, created=3),
+                                [in_queue("a-old", "team-a"), group("d1", created=1), group("d2", created=2),
+                                 in_queue("a-next", "team-a", created=3)]),
+                       queue("team-a"))
+    plan = cycle(snap)
+    assert bound_gangs(plan) == {"default/d1": 1, "default/a-next": 1}
+
+
+def test_what_queues_hold_is_kept_across_cycles_and_follows_every_change():
+    groups = {g.key: g for g in (in_queue("a", "team-a"), in_queue("b", "team-b"), in_queue("c", "team-a"))}
+    queues = {q.name: q for q in (queue("org"), queue("team-a", parent="org"), queue("team-b", parent="org"))}
+    snap = snapshot(gpu_nodes(count=3), running("a", 2, 4, "n0") + running("b", 1, 8, "n1"), groups.values())
+    cluster = snap.cluster
+
+    def held(fresh: bool = False) -> dict[str, int]:
+        state = Snapshot(dict(cluster.nodes), dict(cluster.pods), groups, 0.0).cluster if fresh else cluster
+        book = QueueBook(Snapshot.of(state, groups, 0.0, queues=queues), CONFIG)
+        return {name: book.allocated(name).get(GPU, 0) for name in queues}
+
+    assert held() == {"org": 16, "team-a": 8, "team-b": 8}
+    cluster.remove_pod("uid-default-a-0")  # one ends
+    for p in running("c", 1, 8, "n2"):  # a gang starts
+        cluster.put_pod(p)
+    assert held() == held(fresh=True) == {"org": 20, "team-a": 12, "team-b": 8}
+    groups["default/b"] = in_queue("b", "team-a")  # its PodGroup moves to another queue
+    assert held() == held(fresh=True) == {"org": 20, "team-a": 20, "team-b": 0}
+    queues["team-b"] = queue("team-b")  # the Queues change: team-b leaves org
+    assert held() == held(fresh=True) == {"org": 20, "team-a": 20, "team-b": 0}
