@@ -173,7 +173,8 @@ def foreign_note(foreign: Sequence[PodInfo], scheduler_name: str) -> str:
         named = ", ".join(f"{p.name} (bound to {p.node_name})" if p.node_name else p.name
                           for p in pods[:MAX_NAMED_PODS])
         more = f" and {len(pods) - MAX_NAMED_PODS} more" if len(pods) > MAX_NAMED_PODS else ""
-        parts.append(f"{len(pods)} pod(s) carry the gang label but schedulerName {clip(name, 80)}: {named}{more}")
+        mark = "annotation" if SOURCES[pods[0].group_source or OWN].by_annotation else "label"
+        parts.append(f"{len(pods)} pod(s) carry the gang {mark} but schedulerName {clip(name, 80)}: {named}{more}")
     if len(by_scheduler) > MAX_NAMED_SCHEDULERS:
         parts.append(f"pods naming {len(by_scheduler) - MAX_NAMED_SCHEDULERS} more scheduler(s)")
     return (f"{'; '.join(parts)}; they do not count toward minMember (set schedulerName: {scheduler_name})")

@@ -100,5 +100,6 @@ def test_hostile_foreign_podgroups_say_why_and_the_good_gang_beside_them_binds(
         wait_for(f"an InvalidPodGroup Event on {name}", lambda api=api, name=name: any(
             e["reason"] == "InvalidPodGroup" and e["involvedObject"]["apiVersion"] == api
             for e in events_on(env, env.namespace, "PodGroup", name)))
-    assert status_of(env, VOLCANO_API, "ray-huge-pg")["conditions"][0]["reason"] == "InvalidPodGroup"
+    wait_for("Volcano's status says InvalidPodGroup", lambda: (s := status_of(env, VOLCANO_API, "ray-huge-pg"))
+             .get("phase") == "Pending" and s["conditions"][0]["reason"] == "InvalidPodGroup")
     assert members_bound(env, "neg-") == members_bound(env, "huge-") == []

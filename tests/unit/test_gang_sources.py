@@ -371,3 +371,16 @@ def test_a_foreign_crd_not_installed_counts_as_empty_is_logged_once_and_is_read_
     messages = [r.getMessage() for r in caplog.records]
     assert len([m for m in messages if "are not served by the API server" in m]) == 1
     assert "podgroups.scheduling.volcano.sh: now served; listed" in messages
+
+
+def test_a_kuberay_pod_left_with_another_scheduler_name_is_named_in_the_gangs_message():
+    cache = asyncio.run(new_cache())
+    relist(cache, "podgroups.scheduling.volcano.sh", [volcano_group("ray-c-pg", minMember=3)])
+    pods = kuberay_volcano_pods("c", 2)
+    pods[2]["spec"]["schedulerName"] = "default-scheduler"  # e.g. a webhook rewrote it
+    relist(cache, "pods", pods)
+    verdict = schedule_cycle(cache.snapshot(0.0), GangQueue()).verdicts["train/volcano:ray-c-pg"]
+    assert verdict.message == (
+        "2/3 members exist (pods with annotation scheduling.k8s.io/group-name=ray-c-pg and schedulerName "
+        "batchsched in train); 1 pod(s) carry the gang annotation but schedulerName default-scheduler: "
+        "c-gpu-worker-1; they do not count toward minMember (set schedulerName: batchsched)")
