@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass, field
-from fractions import Fraction
 from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
 from batchsched.api.constants import GPU_RESOURCE
@@ -99,7 +98,8 @@ class QueueBook:
         self._parents = {q.parent for q in self.queues.values() if q.parent}
         self._usage: dict[str, _Usage] = {}
         self._nodes_by_type: dict[str, list[str]] | None = None
-        self._ranks: dict[str, tuple[bool, Fraction, str]] = {}  # by queue, until it gains a gang
+        self._ranks: dict[str, tuple[bool, float, str]] = {}  # by queue, until it gains a gang
+        self._charged_now: set[str] = set()  # queues this cycle placed gangs of
         if self.active:
             self._count_bound()
 
@@ -210,7 +210,10 @@ class QueueBook:
         if self.active:
             amounts, kinds = self._placed(assignments)
             for charged in self._charged(name):
-                self._usage.setdefault(charged, _Usage()).add(amounts, kinds)
+                if charged not in self._charged_now:  # the kept totals stay what is bound
+                    self._usage[charged] = self._usage.get(charged, _Usage()).copy()
+                    self._charged_now.add(charged)
+                self._usage[charged].add(amounts, kinds)
                 self._ranks.pop(charged, None)
 
     # -- whose turn -------------------------------------------------------------
@@ -253,14 +256,14 @@ class QueueBook:
         info = self.queues.get(name)
         return (self._rank(info.parent), own) if info is not None and info.parent in self.queues else (own, own)
 
-    def share(self, name: str) -> Fraction:
+    def share(self, name: str) -> float:
         info = self.queues.get(name, QueueInfo(name))
         return dominant_share(info, self.allocated(name), self._snapshot.cluster.total_allocatable)
 
     def allocated(self, name: str) -> Resources:
         return dict(self._usage.get(name, _Usage()).amounts)
 
-    def _rank(self, name: str) -> tuple[bool, Fraction, str]:
+    def _rank(self, name: str) -> tuple[bool, float, str]:
         if name not in self._ranks:
             info = self.queues.get(name, QueueInfo(name))
             held = self._usage.get(name, _Usage()).amounts
@@ -279,9 +282,7 @@ class QueueBook:
         config = (self.default, self.type_label)
         if held is None or held.config != config or held.queues != self.queues:
             held = cluster.caches["queue_usage"] = _Held(dict(self.queues), config)
-        holding = set(cluster.holding_gang_keys())
-        for key in [k for k in held.gangs if k not in holding]:
-            held.drop(key)
+        holding = cluster.holding_gang_keys()
         for key in holding:
             stamp, group, kept = cluster.gang_stamp(key), groups.get(key), held.gangs.get(key)
             if kept is not None and kept[0] == stamp and kept[1] is group:
@@ -295,7 +296,10 @@ class QueueBook:
             held.gangs[key] = (stamp, group, charged, amounts, kinds)
             for name in charged:
                 held.totals.setdefault(name, _Usage()).add(amounts, kinds)
-        self._usage = {name: usage.copy() for name, usage in held.totals.items()}
+        if len(held.gangs) > len(holding):  # every holding gang is in held.gangs now: the others are gone
+            for key in held.gangs.keys() - set(holding):
+                held.drop(key)
+        self._usage = dict(held.totals)  # shared until this cycle charges a queue (admit)
 
     def _by_type(self, placed: Iterable[tuple[PodInfo, str]]) -> dict[str, int]:
         """The GPUs of pods on nodes (pod, node name), by the nodes' GPU type."""
