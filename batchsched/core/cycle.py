@@ -367,8 +367,8 @@ def _refresh_reservation(snapshot: Snapshot, gangs: Mapping[str, Gang], queue: G
     cluster = snapshot.cluster
     for key in queue.reservation_candidates(snapshot.now):
         gang = gangs[key]
-        if not gang.need or isinstance(book.admission(gang), str):
-            continue  # its quorum is bound (extra members reserve nothing), or its queue cannot take it
+        if not gang.need or _waits_for_queue(book, gang):
+            continue  # its quorum is bound (extra members reserve nothing), or room reserved would sit idle
         # The bound pods it may wait out: ours, of other gangs, not of higher
         # priority.  (Counting equal-priority pods is what makes the
         # reservation useful when every gang has the default priority.)
@@ -395,6 +395,15 @@ def _refresh_reservation(snapshot: Snapshot, gangs: Mapping[str, Gang], queue: G
         if queue.reserve(key, reserved, snapshot.now, _awaited_end(cluster, reserved, draining)):
             return
     queue.release_reservation()
+
+
+def _waits_for_queue(book: QueueBook, gang: Gang) -> bool:
+    """Its queue cannot take its quorum now (or asking raised: its own
+    attempt reports that as InternalError)."""
+    try:
+        return isinstance(book.admission(gang), str)
+    except Exception:  # noqa: BLE001 - the gang's attempt reports it; the reservation goes on
+        return True
 
 
 def _draining(snapshot: Snapshot, drainable: frozenset[str]) -> Callable[[PodInfo], bool]:

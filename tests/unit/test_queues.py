@@ -514,3 +514,20 @@ def test_what_queues_hold_is_kept_across_cycles_and_follows_every_change():
     assert held() == held(fresh=True) == {"org": 20, "team-a": 20, "team-b": 0}
     queues["team-b"] = queue("team-b")  # the Queues change: team-b leaves org
     assert held() == held(fresh=True) == {"org": 20, "team-a": 20, "team-b": 0}
+
+
+def test_a_gang_waiting_for_its_queue_holds_no_reservation():
+    # The old gang waits for its queue past reservationAfterSeconds; the
+    # younger gang of another queue may still use the free node.
+    config = dataclasses.replace(CONFIG, reservation_after_seconds=10)
+    snap = with_queues(snapshot(gpu_nodes(count=1), running("held", 1, 4, "n0")
+                                + gang_pods("old", 1, gpu=4, created=1) + gang_pods("young", 1, gpu=4, created=50),
+                                [in_queue("held", "team-a"), in_queue("old", "team-a", created=1),
+                                 in_queue("young", "team-b", created=50)], now=0),
+                       queue("team-a", limit=4), queue("team-b"))
+    gang_queue = GangQueue.from_config(config)
+    schedule_cycle(dataclasses.replace(snap, pods={k: v for k, v in snap.pods.items() if "young" not in k}),
+                   gang_queue, config)
+    plan = schedule_cycle(dataclasses.replace(snap, now=snap.now + 100), gang_queue, config)
+    assert plan.reservation is None
+    assert bound_gangs(plan) == {"default/young": 1}
