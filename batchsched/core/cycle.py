@@ -33,7 +33,7 @@ from batchsched.core.preemption.plan import NominationHolds, NoPreemption, plan_
 from batchsched.core.preemption.policy import PreemptionPolicy, PreemptionState
 from batchsched.core.placement.fit import REASON_RESERVED
 from batchsched.core.queueing.queue import GangQueue, Reservation
-from batchsched.core.queues.book import REASON_QUEUE_AT_LIMIT, Admission, QueueBook
+from batchsched.core.queues.book import REASON_QUEUE_AT_LIMIT, Admission, QueueBook, Reclaim
 from batchsched.core.resources import Resources
 from batchsched.core.snapshot import Snapshot
 from batchsched.core.text import clip
@@ -273,8 +273,14 @@ def _try_gang(snapshot: Snapshot, gangs: GangIndex, key: str, queue: GangQueue, 
                         "gets none until its pods or PodGroup change.")
         nominated_before = len(plan.nominations)
         if gang.need and preemption.enabled and not result.never_fits:  # no eviction could make it fit
-            message += " " + _preempt(snapshot, gangs, gang, preemption, preemption_state, capacity,
-                                      holds.going_for(key), off_limits, evicting, plan)
+            said = _preempt(snapshot, gangs, gang, preemption, preemption_state, capacity,
+                            holds.going_for(key), off_limits, evicting, plan)
+            reclaim = book.reclaim_for(gang) if len(plan.nominations) == nominated_before else None
+            if reclaim is not None:  # its queue takes back what it lent, whatever the victims' priority
+                reclaimed = _preempt(snapshot, gangs, gang, preemption, preemption_state, capacity,
+                                     holds.going_for(key), off_limits, evicting, plan, reclaim)
+                said = reclaimed if len(plan.nominations) > nominated_before else f"{said} {reclaimed}"
+            message += " " + said
         if len(plan.nominations) == nominated_before:
             _give(capacity, own_holds, res.subtract)  # its claims stand; new ones would replace them
             holds_given.clear()
@@ -331,13 +337,18 @@ def _released_for(withheld_from_all: Mapping[str, Resources],
 
 def _preempt(snapshot: Snapshot, gangs: Mapping[str, Gang], gang: Gang, policy: PreemptionPolicy,
              state: PreemptionState, capacity: CapacityIndex, going: Mapping[str, Resources],
-             off_limits: Collection[str], evicting: set[str], plan: CyclePlan) -> str:
-    """Plan evictions for ``gang``; returns the sentence its verdict gets."""
+             off_limits: Collection[str], evicting: set[str], plan: CyclePlan, reclaim: Reclaim | None = None) -> str:
+    """Plan evictions for ``gang`` (by priority, or with ``reclaim`` the
+    room its queue lent); returns the sentence its verdict gets."""
     outcome = plan_preemption(snapshot, gangs, gang, policy, state, capacity.free, capacity.node_filter,
                               going, capacity.rooms, off_limits, evicting,
-                              budget=policy.max_victims_per_cycle - len(evicting))
+                              budget=policy.max_victims_per_cycle - len(evicting), reclaim=reclaim)
+    said = "" if reclaim is None else f"Queue {reclaim.queue} is below its fair share and reclaims: "
     if isinstance(outcome, NoPreemption):
-        return outcome.message
+        return said + outcome.message
+    too_much = reclaim.beyond(outcome.victims) if reclaim is not None else ""
+    if too_much:
+        return f"Gang {gang.key}: {too_much}."
     evicting.update(p.uid for p in outcome.victims)
     plan.evictions.extend(Eviction(p, gang.key) for p in outcome.victims)
     plan.nominations.extend(Nomination(pod, node) for pod, node in outcome.nominations)
@@ -346,7 +357,7 @@ def _preempt(snapshot: Snapshot, gangs: Mapping[str, Gang], gang: Gang, policy: 
     for pod, node in outcome.nominations:
         nominated[node] = res.add(nominated.get(node, {}), pod.requests)
     _give(capacity, nominated, res.subtract)
-    return outcome.message
+    return said + outcome.message
 
 
 def _topology_args(gang: Gang, config: CoreConfig) -> dict:

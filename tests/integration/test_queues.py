@@ -10,6 +10,7 @@ import pytest
 from batchsched.api import constants
 from batchsched.api.queue import Queue, QueueMeta, QueueSpec
 from tests.integration.test_gang_scheduling import members_bound, wait_unschedulable
+from tests.integration.test_preemption import alive
 from tests.support.kube import wait_for
 from tests.support.objects import pod, pod_group
 
@@ -99,3 +100,29 @@ def test_gpu_type_quotas_are_apart(env, start_scheduler, queue_crd):
     assert (f"1 node(s) had {constants.GPU_PRODUCT_LABEL}=H100, where queue {team} is at its limit "
             f"(4/4 {constants.GPU_RESOURCE})") in scheduled["message"]
     assert "h100-only-0" not in env.bound()
+
+
+@pytest.mark.parametrize("reclaimable", [True, False])
+def test_a_queue_reclaims_what_it_lent_whole_gangs_only_and_never_from_a_non_reclaimable_one(
+        env, start_scheduler, queue_crd, reclaimable):
+    env.add_node("gpu0", gpus=8)
+    lender = add_queue(env, "team-a", resources={constants.GPU_RESOURCE: {"guaranteed": 8}})
+    borrower = add_queue(env, "team-b", reclaimable=reclaimable)
+    env.create(pod_group("borrow", env.namespace, 2, queue=borrower))
+    for i in range(2):
+        env.create(pod(f"borrow-{i}", env.namespace, group="borrow", gpus=4))
+    start_scheduler(preemption={"enabled": True, "nodeCooldownSeconds": 0}, queue={"initialBackoffSeconds": 0.2})
+    wait_for("team-b borrows the node", lambda: len(members_bound(env, "borrow-")) == 2)
+    env.create(pod_group("own", env.namespace, 1, queue=lender))
+    env.create(pod("own-0", env.namespace, group="own", gpus=8))
+    if not reclaimable:
+        scheduled = wait_unschedulable(env, "own")
+        assert "reclaims" not in scheduled["message"]
+        assert alive(env, ["borrow-0", "borrow-1"]) == ["borrow-0", "borrow-1"]
+        return
+    wait_for("team-a's gang bound on the reclaimed GPUs", lambda: members_bound(env, "own-") == ["own-0"],
+             timeout=60)
+    assert alive(env, ["borrow-0", "borrow-1"]) == []  # the whole gang went, through the Eviction API
+    events = env.kube.get(f"/api/v1/namespaces/{env.namespace}/events")["items"]
+    preempted = sorted(e["involvedObject"]["name"] for e in events if e["reason"] == "Preempted")
+    assert preempted == ["borrow-0", "borrow-1"]
