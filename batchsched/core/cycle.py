@@ -33,7 +33,7 @@ from batchsched.core.preemption.plan import NominationHolds, NoPreemption, plan_
 from batchsched.core.preemption.policy import PreemptionPolicy, PreemptionState
 from batchsched.core.placement.fit import REASON_RESERVED
 from batchsched.core.queueing.queue import GangQueue, Reservation
-from batchsched.core.queues.book import REASON_QUEUE_AT_LIMIT, Admission, QueueBook
+from batchsched.core.queues.book import REASON_QUEUE_AT_LIMIT, Admission, QueueBook, Reclaim
 from batchsched.core.resources import Resources
 from batchsched.core.snapshot import Snapshot
 from batchsched.core.text import clip
@@ -273,8 +273,14 @@ def _try_gang(snapshot: Snapshot, gangs: GangIndex, key: str, queue: GangQueue, 
                         "gets none until its pods or PodGroup change.")
         nominated_before = len(plan.nominations)
         if gang.need and preemption.enabled and not result.never_fits:  # no eviction could make it fit
-            message += " " + _preempt(snapshot, gangs, gang, preemption, preemption_state, capacity,
-                                      holds.going_for(key), off_limits, evicting, plan)
+            said = _preempt(snapshot, gangs, gang, preemption, preemption_state, capacity,
+                            holds.going_for(key), off_limits, evicting, plan)
+            reclaim = book.reclaim_for(gang) if len(plan.nominations) == nominated_before else None
+            if reclaim is not None:  # its queue takes back what it lent, whatever the victims' priority
+                reclaimed = _preempt(snapshot, gangs, gang, preemption, preemption_state, capacity,
+                                     holds.going_for(key), off_limits, evicting, plan, reclaim)
+                said = reclaimed if len(plan.nominations) > nominated_before else f"{said} {reclaimed}"
+            message += " " + said
         if len(plan.nominations) == nominated_before:
             _give(capacity, own_holds, res.subtract)  # its claims stand; new ones would replace them
             holds_given.clear()
@@ -331,13 +337,18 @@ def _released_for(withheld_from_all: Mapping[str, Resources],
 
 def _preempt(snapshot: Snapshot, gangs: Mapping[str, Gang], gang: Gang, policy: PreemptionPolicy,
              state: PreemptionState, capacity: CapacityIndex, going: Mapping[str, Resources],
-             off_limits: Collection[str], evicting: set[str], plan: CyclePlan) -> str:
-    """Plan evictions for ``gang``; returns the sentence its verdict gets."""
+             off_limits: Collection[str], evicting: set[str], plan: CyclePlan, reclaim: Reclaim | None = None) -> str:
+    """Plan evictions for ``gang`` (by priority, or with ``reclaim`` the
+    room its queue lent); returns the sentence its verdict gets."""
     outcome = plan_preemption(snapshot, gangs, gang, policy, state, capacity.free, capacity.node_filter,
                               going, capacity.rooms, off_limits, evicting,
-                              budget=policy.max_victims_per_cycle - len(evicting))
+                              budget=policy.max_victims_per_cycle - len(evicting), reclaim=reclaim)
+    said = "" if reclaim is None else f"Queue {reclaim.queue} is below its fair share and reclaims: "
     if isinstance(outcome, NoPreemption):
-        return outcome.message
+        return said + outcome.message
+    too_much = reclaim.beyond(outcome.victims) if reclaim is not None else ""
+    if too_much:
+        return f"Gang {gang.key}: {too_much}."
     evicting.update(p.uid for p in outcome.victims)
     plan.evictions.extend(Eviction(p, gang.key) for p in outcome.victims)
     plan.nominations.extend(Nomination(pod, node) for pod, node in outcome.nominations)
@@ -346,7 +357,7 @@ def _preempt(snapshot: Snapshot, gangs: Mapping[str, Gang], gang: Gang, policy: 
     for pod, node in outcome.nominations:
         nominated[node] = res.add(nominated.get(node, {}), pod.requests)
     _give(capacity, nominated, res.subtract)
-    return outcome.message
+    return said + outcome.message
 
 
 def _topology_args(gang: Gang, config: CoreConfig) -> dict:
@@ -367,8 +378,8 @@ def _refresh_reservation(snapshot: Snapshot, gangs: Mapping[str, Gang], queue: G
     cluster = snapshot.cluster
     for key in queue.reservation_candidates(snapshot.now):
         gang = gangs[key]
-        if not gang.need or isinstance(book.admission(gang), str):
-            continue  # its quorum is bound (extra members reserve nothing), or its queue cannot take it
+        if not gang.need or _waits_for_queue(book, gang):
+            continue  # its quorum is bound (extra members reserve nothing), or room reserved would sit idle
         # The bound pods it may wait out: ours, of other gangs, not of higher
         # priority.  (Counting equal-priority pods is what makes the
         # reservation useful when every gang has the default priority.)
@@ -395,6 +406,15 @@ def _refresh_reservation(snapshot: Snapshot, gangs: Mapping[str, Gang], queue: G
         if queue.reserve(key, reserved, snapshot.now, _awaited_end(cluster, reserved, draining)):
             return
     queue.release_reservation()
+
+
+def _waits_for_queue(book: QueueBook, gang: Gang) -> bool:
+    """Its queue cannot take its quorum now (or asking raised: its own
+    attempt reports that as InternalError)."""
+    try:
+        return isinstance(book.admission(gang), str)
+    except Exception:  # noqa: BLE001 - the gang's attempt reports it; the reservation goes on
+        return True
 
 
 def _draining(snapshot: Snapshot, drainable: frozenset[str]) -> Callable[[PodInfo], bool]:

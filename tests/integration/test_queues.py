@@ -10,6 +10,7 @@ import pytest
 from batchsched.api import constants
 from batchsched.api.queue import Queue, QueueMeta, QueueSpec
 from tests.integration.test_gang_scheduling import members_bound, wait_unschedulable
+from tests.integration.test_preemption import alive
 from tests.support.kube import wait_for
 from tests.support.objects import pod, pod_group
 
@@ -60,3 +61,68 @@ def test_a_podgroup_naming_a_missing_queue_gets_a_clear_condition(env, start_sch
     assert scheduled["message"].startswith(f"Queue {env.id}-nowhere not found (spec.queue of PodGroup "
                                            f"{env.namespace}/lost)")
     assert members_bound(env, "lost-") == []
+
+
+def test_a_parent_limit_binds_its_children_together(env, start_scheduler, queue_crd):
+    env.add_node("n1", gpus=8)
+    org = add_queue(env, "org", resources={constants.GPU_RESOURCE: {"limit": 4}})
+    team_a = add_queue(env, "team-a", parent=org)
+    team_b = add_queue(env, "team-b", parent=org)
+    env.create(pod_group("a-job", env.namespace, 1, queue=team_a))
+    env.create(pod("a-job-0", env.namespace, group="a-job", gpus=4))
+    start_scheduler()
+    wait_for("team-a's gang bound", lambda: members_bound(env, "a-job-") == ["a-job-0"])
+    env.create(pod_group("b-job", env.namespace, 1, queue=team_b))
+    env.create(pod("b-job-0", env.namespace, group="b-job", gpus=2))
+    scheduled = wait_unschedulable(env, "b-job", "QueueAtLimit")
+    assert f"queue {team_b}'s parent {org} is at its limit: 4/4 {constants.GPU_RESOURCE}" in scheduled["message"]
+    assert members_bound(env, "b-job-") == []
+    wait_for("the parent's status adds up its children", lambda: (
+        env.kube.get(f"{QUEUES}/{org}").get("status") or {}).get("allocated", {}).get(constants.GPU_RESOURCE) == "4")
+
+
+def test_gpu_type_quotas_are_apart(env, start_scheduler, queue_crd):
+    h100 = env.add_node("h100", gpus=8, labels={constants.GPU_PRODUCT_LABEL: "H100"})
+    a100 = env.add_node("a100", gpus=8, labels={constants.GPU_PRODUCT_LABEL: "A100"})
+    team = add_queue(env, "team", gpuTypes={"H100": {"limit": 4}})
+    on_h100 = {constants.GPU_PRODUCT_LABEL: "H100"}
+    env.create(pod_group("first", env.namespace, 1, queue=team))
+    env.create(pod("first-0", env.namespace, group="first", gpus=4, node_selector=on_h100))
+    start_scheduler()
+    wait_for("the first gang on the H100 node", lambda: env.bound().get("first-0") == h100)
+    env.create(pod_group("anywhere", env.namespace, 1, queue=team))
+    env.create(pod("anywhere-0", env.namespace, group="anywhere", gpus=4))
+    wait_for("the next gang on the A100 node: the H100 quota is used up",
+             lambda: env.bound().get("anywhere-0") == a100)
+    env.create(pod_group("h100-only", env.namespace, 1, queue=team))
+    env.create(pod("h100-only-0", env.namespace, group="h100-only", gpus=4, node_selector=on_h100))
+    scheduled = wait_unschedulable(env, "h100-only")
+    assert (f"1 node(s) had {constants.GPU_PRODUCT_LABEL}=H100, where queue {team} is at its limit "
+            f"(4/4 {constants.GPU_RESOURCE})") in scheduled["message"]
+    assert "h100-only-0" not in env.bound()
+
+
+@pytest.mark.parametrize("reclaimable", [True, False])
+def test_a_queue_reclaims_what_it_lent_whole_gangs_only_and_never_from_a_non_reclaimable_one(
+        env, start_scheduler, queue_crd, reclaimable):
+    env.add_node("gpu0", gpus=8)
+    lender = add_queue(env, "team-a", resources={constants.GPU_RESOURCE: {"guaranteed": 8}})
+    borrower = add_queue(env, "team-b", reclaimable=reclaimable)
+    env.create(pod_group("borrow", env.namespace, 2, queue=borrower))
+    for i in range(2):
+        env.create(pod(f"borrow-{i}", env.namespace, group="borrow", gpus=4))
+    start_scheduler(preemption={"enabled": True, "nodeCooldownSeconds": 0}, queue={"initialBackoffSeconds": 0.2})
+    wait_for("team-b borrows the node", lambda: len(members_bound(env, "borrow-")) == 2)
+    env.create(pod_group("own", env.namespace, 1, queue=lender))
+    env.create(pod("own-0", env.namespace, group="own", gpus=8))
+    if not reclaimable:
+        scheduled = wait_unschedulable(env, "own")
+        assert "reclaims" not in scheduled["message"]
+        assert alive(env, ["borrow-0", "borrow-1"]) == ["borrow-0", "borrow-1"]
+        return
+    wait_for("team-a's gang bound on the reclaimed GPUs", lambda: members_bound(env, "own-") == ["own-0"],
+             timeout=60)
+    assert alive(env, ["borrow-0", "borrow-1"]) == []  # the whole gang went, through the Eviction API
+    events = env.kube.get(f"/api/v1/namespaces/{env.namespace}/events")["items"]
+    preempted = sorted(e["involvedObject"]["name"] for e in events if e["reason"] == "Preempted")
+    assert preempted == ["borrow-0", "borrow-1"]

@@ -16,6 +16,8 @@ from batchsched.core.config import CoreConfig
 from batchsched.core.cycle import schedule_cycle
 from batchsched.core.explain import explain_gang
 from batchsched.core.queueing.queue import GangQueue
+from batchsched.core.gangs import GangIndex
+from batchsched.core.preemption.policy import PreemptionPolicy
 from batchsched.core.queues.book import QueueBook
 from batchsched.core.queues.model import QueueInfo, queue_from_json
 from batchsched.core.queues.report import summarize
@@ -514,3 +516,77 @@ def test_what_queues_hold_is_kept_across_cycles_and_follows_every_change():
     assert held() == held(fresh=True) == {"org": 20, "team-a": 20, "team-b": 0}
     queues["team-b"] = queue("team-b")  # the Queues change: team-b leaves org
     assert held() == held(fresh=True) == {"org": 20, "team-a": 20, "team-b": 0}
+
+
+def test_a_gang_waiting_for_its_queue_holds_no_reservation():
+    # The old gang waits for its queue past reservationAfterSeconds; the
+    # younger gang of another queue may still use the free node.
+    config = dataclasses.replace(CONFIG, reservation_after_seconds=10)
+    snap = with_queues(snapshot(gpu_nodes(count=1), running("held", 1, 4, "n0")
+                                + gang_pods("old", 1, gpu=4, created=1) + gang_pods("young", 1, gpu=4, created=50),
+                                [in_queue("held", "team-a"), in_queue("old", "team-a", created=1),
+                                 in_queue("young", "team-b", created=50)], now=0),
+                       queue("team-a", limit=4), queue("team-b"))
+    gang_queue = GangQueue.from_config(config)
+    schedule_cycle(dataclasses.replace(snap, pods={k: v for k, v in snap.pods.items() if "young" not in k}),
+                   gang_queue, config)
+    plan = schedule_cycle(dataclasses.replace(snap, now=snap.now + 100), gang_queue, config)
+    assert plan.reservation is None
+    assert bound_gangs(plan) == {"default/young": 1}
+
+
+# ---- reclaim ------------------------------------------------------------------------
+
+PREEMPT = PreemptionPolicy(enabled=True)
+
+
+def reclaim_cycle(snap: Snapshot):
+    return schedule_cycle(snap, GangQueue.from_config(CONFIG), CONFIG, PREEMPT)
+
+
+def borrowed_cluster(b_reclaimable=True, b_pods=None):
+    # 16 GPUs.  team-a (guaranteed 8) holds none and waits for 2 x 4; team-b
+    # borrowed all 16.  Fair shares: team-a 8 (its guaranteed), team-b 8.
+    b_pods = b_pods if b_pods is not None else running("b1", 2, 4, "n0") + running("b2", 1, 8, "n1")
+    groups = [in_queue("a", "team-a", 2, created=5)] + [in_queue(g, "team-b", 2 if g != "b2" else 1)
+                                                        for g in sorted({p.group for p in b_pods})]
+    b = queue_from_json({"metadata": {"name": "team-b"}, "spec": {"reclaimable": b_reclaimable}})
+    return with_queues(snapshot(gpu_nodes(), b_pods + gang_pods("a", 2, gpu=4, created=5), groups),
+                       queue("team-a", guaranteed=8), b)
+
+
+def test_a_queue_below_its_fair_share_reclaims_what_it_lent():
+    plan = reclaim_cycle(borrowed_cluster())
+    assert [e.pod.name for e in plan.evictions] == ["b2-0"]  # the cheapest: one pod, no gang broken
+    assert {n.node_name for n in plan.nominations} == {"n1"}
+    message = plan.verdicts["default/a"].message
+    assert "Queue team-a is below its fair share and reclaims: Gang default/a is preempting 1 pod(s) on n1" \
+        in message
+
+
+def test_reclaim_takes_whole_gangs_only():
+    plan = reclaim_cycle(borrowed_cluster(b_pods=running("b1", 2, 4, "n0") + running("b3", 2, 4, "n1")))
+    victims = sorted(e.pod.name for e in plan.evictions)
+    assert victims in (["b1-0", "b1-1"], ["b3-0", "b3-1"])  # one gang, all of it
+
+
+def test_a_queue_that_is_not_reclaimable_is_never_touched():
+    plan = reclaim_cycle(borrowed_cluster(b_reclaimable=False))
+    assert plan.evictions == [] and plan.verdicts["default/a"].reason == "Unschedulable"
+
+
+def test_reclaim_stops_at_the_fair_share_so_queues_do_not_ping_pong():
+    # After the reclaim: team-a holds its 8, team-b its other 8 and waits for b2
+    # again.  team-b is at its fair share: it takes nothing back from team-a.
+    pods = running("b1", 2, 4, "n0") + running("a", 2, 4, "n1", created=5) + gang_pods("b2", 1, gpu=8)
+    groups = [in_queue("a", "team-a", 2, created=5), in_queue("b1", "team-b", 2), in_queue("b2", "team-b")]
+    snap = with_queues(snapshot(gpu_nodes(), pods, groups), queue("team-a", guaranteed=8), queue("team-b"))
+    plan = reclaim_cycle(snap)
+    assert plan.evictions == [] and plan.verdicts["default/b2"].reason == "Unschedulable"
+    # and a reclaim that would take a queue below its fair share is refused whole
+    fair = QueueBook(borrowed_cluster(), CONFIG)
+    reclaim = fair.reclaim_for(GangIndex(borrowed_cluster())["default/a"])
+    assert reclaim is not None and reclaim.excess == {"team-b": {GPU: 8}}
+    too_many = running("b1", 2, 4, "n0") + running("b2", 1, 8, "n1")
+    assert "would take 16 nvidia.com/gpu from queue team-b, which holds only 8 beyond its fair share" in \
+        reclaim.beyond(too_many)

@@ -24,7 +24,7 @@ cycle (``budget``).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Collection, Iterable, Mapping
+from typing import Callable, Collection, Iterable, Mapping
 
 from batchsched.api.constants import GPU_RESOURCE
 from batchsched.core import resources as res
@@ -104,17 +104,22 @@ class NoPreemption:
 
 def victim_units(snapshot: Snapshot, gangs: Mapping[str, Gang], preemptor: Gang,
                  policy: PreemptionPolicy, state: PreemptionState,
-                 excluded: Collection[str] = ()) -> list[VictimUnit]:
-    """Every unit that may be evicted for ``preemptor``, cheapest first."""
+                 excluded: Collection[str] = (), reclaim: Callable[[str], bool] | None = None) -> list[VictimUnit]:
+    """Every unit that may be evicted for ``preemptor``, cheapest first.
+    With ``reclaim`` (a queue taking back room lent, docs/queues.md) the
+    victims are our gangs it accepts, whatever their priority."""
     now = snapshot.now
     units: list[VictimUnit] = []
     by_gang: dict[str, list[PodInfo]] = {}
+    above = preemptor.priority if reclaim is None else _ANY_PREEMPTOR
     for pod in _victim_candidates(snapshot, policy, state):
         if pod.uid in excluded or pod.gang_key == preemptor.key:
             continue
         gang = gangs.get(pod.gang_key) if pod.scheduler_name == snapshot.scheduler_name else None
+        if reclaim is not None and (gang is None or not reclaim(pod.gang_key)):
+            continue
         group = gang.spec if gang is not None and not gang.implicit else None
-        if not policy.may_be_victim(pod, preemptor.priority, now, group, gang.priority if gang else None):
+        if not policy.may_be_victim(pod, above, now, group, gang.priority if gang else None):
             continue
         if group is not None and group.min_member > 1:
             by_gang.setdefault(pod.gang_key, []).append(pod)
@@ -185,19 +190,21 @@ def plan_preemption(snapshot: Snapshot, gangs: Mapping[str, Gang], gang: Gang,
                     policy: PreemptionPolicy, state: PreemptionState, free: Mapping[str, Resources],
                     node_filter: NodeFilter, going: Mapping[str, Resources],
                     rooms: Mapping[str, GpuRoom] | None = None, off_limits: Collection[str] = (),
-                    excluded: Collection[str] = (), *, budget: int) -> PreemptionPlan | NoPreemption:
+                    excluded: Collection[str] = (), *, budget: int,
+                    reclaim: Callable[[str], bool] | None = None) -> PreemptionPlan | NoPreemption:
     """``free``: what the gang may use now; ``going``: terminating room that
     will be the gang's once it is gone (NominationHolds.going_for); ``rooms``:
     the nodes' GPU ids and NUMA room, when they are tracked; ``excluded``:
     victims of earlier preemptors in this cycle; ``budget``: how many victims
-    are left of ``max_victims_per_cycle`` in this cycle."""
+    are left of ``max_victims_per_cycle`` in this cycle; ``reclaim``: the
+    victim gangs a reclaim may take (victim_units)."""
     rooms = rooms or {}
     why_not = policy.may_preempt(gang.spec, gang.priority, gang.members)
     if why_not:
         return NoPreemption(f"Gang {gang.key} may not preempt: {why_not}.")
     if gang.key in state.in_flight:
         return NoPreemption(f"Gang {gang.key} is waiting for the pods it preempted to terminate.")
-    units = victim_units(snapshot, gangs, gang, policy, state, excluded)
+    units = victim_units(snapshot, gangs, gang, policy, state, excluded, reclaim)
     room: dict[str, Resources] = {name: dict(f) for name, f in free.items()}
     for node, soon in going.items():
         room[node] = res.add(room.get(node, {}), soon)

@@ -15,6 +15,7 @@ each GPU by the node it is on (``CoreConfig.gpu_type_label``).
 from __future__ import annotations
 
 import heapq
+import math
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Callable, Iterable, Iterator, Mapping, Sequence
@@ -22,11 +23,11 @@ from typing import Callable, Iterable, Iterator, Mapping, Sequence
 from batchsched.api.constants import GPU_RESOURCE
 from batchsched.core import resources as res
 from batchsched.core.config import CoreConfig
-from batchsched.core.gangs import Gang
+from batchsched.core.gangs import Gang, GangIndex
 from batchsched.core.model import PodInfo
 from batchsched.core.placement.gang import Assignment
 from batchsched.core.queues.model import QueueInfo
-from batchsched.core.queues.share import dominant_share
+from batchsched.core.queues.share import dominant_share, fair_shares
 from batchsched.core.resources import Resources
 from batchsched.core.snapshot import Snapshot
 
@@ -53,6 +54,34 @@ class Admission:
     left_out_why: str = ""
     # nodes of a GPU type the queue cannot take even one more pod's GPUs of: node -> why
     excluded: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Reclaim:
+    """A queue taking back room it lent (docs/queues.md, "Reclaim"): from
+    which queues, and how much each holds beyond its fair share."""
+
+    queue: str
+    excess: Mapping[str, Mapping[str, int]]  # victim queue -> resource -> beyond its fair share
+    queue_of: Callable[[str], str]
+
+    def __call__(self, gang_key: str) -> bool:
+        """Whether a gang is one the reclaim may evict."""
+        return self.queue_of(gang_key) in self.excess
+
+    def beyond(self, victims: Iterable[PodInfo]) -> str:
+        """Why evicting ``victims`` would take a queue below its fair share, or ""."""
+        taken: dict[str, Resources] = {}
+        for pod in victims:
+            name = self.queue_of(pod.gang_key)
+            taken[name] = res.add(taken.get(name, {}), pod.requests)
+        for name, amounts in sorted(taken.items()):
+            for resource, amount in sorted(amounts.items()):
+                if resource in self.excess[name] and amount > self.excess[name][resource]:
+                    return (f"reclaiming for queue {self.queue} would take {_amount(resource, amount)} {resource} "
+                            f"from queue {name}, which holds only {_amount(resource, self.excess[name][resource])} "
+                            "beyond its fair share; nothing was evicted")
+        return ""
 
 
 @dataclass
@@ -99,7 +128,9 @@ class QueueBook:
         self._parents = {q.parent for q in self.queues.values() if q.parent}
         self._usage: dict[str, _Usage] = {}
         self._nodes_by_type: dict[str, list[str]] | None = None
-        self._ranks: dict[str, tuple[bool, Fraction, str]] = {}  # by queue, until it gains a gang
+        self._ranks: dict[str, tuple[bool, float, str]] = {}  # by queue, until it gains a gang
+        self._charged_now: set[str] = set()  # queues this cycle placed gangs of
+        self._fair: dict[str, dict[str, Fraction]] | None = None
         if self.active:
             self._count_bound()
 
@@ -210,8 +241,55 @@ class QueueBook:
         if self.active:
             amounts, kinds = self._placed(assignments)
             for charged in self._charged(name):
-                self._usage.setdefault(charged, _Usage()).add(amounts, kinds)
+                if charged not in self._charged_now:  # the kept totals stay what is bound
+                    self._usage[charged] = self._usage.get(charged, _Usage()).copy()
+                    self._charged_now.add(charged)
+                self._usage[charged].add(amounts, kinds)
                 self._ranks.pop(charged, None)
+
+    def reclaim_for(self, gang: Gang) -> Reclaim | None:
+        """Whether the gang's queue may take back room lent to others: it
+        (and its parent) would stay within its fair share with the gang's
+        minimum placed; if so, from which queues: the reclaimable ones
+        holding more than their fair share of what the gang asks."""
+        if not self.active:
+            return None
+        name = self.queue_of(gang.key)
+        demand = self._demand(gang)
+        minimum = demand.minimum(tuple(sorted(demand.total)))
+        fair = self._fair_shares()
+        for charged in self._charged(name):
+            held = self._usage.get(charged, _Usage()).amounts
+            if any(held.get(r, 0) + amount > fair.get(charged, {}).get(r, 0) for r, amount in minimum.items() if amount):
+                return None
+        excess: dict[str, dict[str, int]] = {}
+        for other, usage in self._usage.items():
+            info = self.queues.get(other, QueueInfo(other))
+            if other in self._charged(name) or other in self._parents or not info.reclaimable:
+                continue
+            # only what it holds beyond its share binds: below it in a resource
+            # nobody contends for (its share is its demand) it would get it back at once
+            beyond = {r: held for r in minimum if minimum[r] and
+                      (held := usage.amounts.get(r, 0) - math.ceil(fair.get(other, {}).get(r, 0))) > 0}
+            if beyond:
+                excess[other] = beyond
+        return Reclaim(name, excess, self.queue_of) if excess else None
+
+    def _fair_shares(self) -> dict[str, dict[str, Fraction]]:
+        """Every queue's fair share over what it holds and its waiting gangs
+        ask (computed once a cycle: a placement moves a gang's pods from
+        waiting to held, its demand stays)."""
+        if self._fair is None:
+            demand: dict[str, Resources] = {}
+            for gang in GangIndex(self._snapshot).pending():
+                if gang.eligible:
+                    name = self.queue_of(gang.key)
+                    demand[name] = res.add(demand.get(name, {}), self._demand(gang).total)
+            for name, usage in self._usage.items():
+                if name not in self._parents:
+                    demand[name] = res.add(demand.get(name, {}), usage.amounts)
+            self._fair = fair_shares(self.queues, demand, self._snapshot.cluster.total_allocatable)
+        return self._fair
 
     # -- whose turn -------------------------------------------------------------
 
@@ -253,14 +331,14 @@ class QueueBook:
         info = self.queues.get(name)
         return (self._rank(info.parent), own) if info is not None and info.parent in self.queues else (own, own)
 
-    def share(self, name: str) -> Fraction:
+    def share(self, name: str) -> float:
         info = self.queues.get(name, QueueInfo(name))
         return dominant_share(info, self.allocated(name), self._snapshot.cluster.total_allocatable)
 
     def allocated(self, name: str) -> Resources:
         return dict(self._usage.get(name, _Usage()).amounts)
 
-    def _rank(self, name: str) -> tuple[bool, Fraction, str]:
+    def _rank(self, name: str) -> tuple[bool, float, str]:
         if name not in self._ranks:
             info = self.queues.get(name, QueueInfo(name))
             held = self._usage.get(name, _Usage()).amounts
@@ -279,9 +357,7 @@ class QueueBook:
         config = (self.default, self.type_label)
         if held is None or held.config != config or held.queues != self.queues:
             held = cluster.caches["queue_usage"] = _Held(dict(self.queues), config)
-        holding = set(cluster.holding_gang_keys())
-        for key in [k for k in held.gangs if k not in holding]:
-            held.drop(key)
+        holding = cluster.holding_gang_keys()
         for key in holding:
             stamp, group, kept = cluster.gang_stamp(key), groups.get(key), held.gangs.get(key)
             if kept is not None and kept[0] == stamp and kept[1] is group:
@@ -295,7 +371,10 @@ class QueueBook:
             held.gangs[key] = (stamp, group, charged, amounts, kinds)
             for name in charged:
                 held.totals.setdefault(name, _Usage()).add(amounts, kinds)
-        self._usage = {name: usage.copy() for name, usage in held.totals.items()}
+        if len(held.gangs) > len(holding):  # every holding gang is in held.gangs now: the others are gone
+            for key in held.gangs.keys() - set(holding):
+                held.drop(key)
+        self._usage = dict(held.totals)  # shared until this cycle charges a queue (admit)
 
     def _by_type(self, placed: Iterable[tuple[PodInfo, str]]) -> dict[str, int]:
         """The GPUs of pods on nodes (pod, node name), by the nodes' GPU type."""

@@ -17,7 +17,8 @@ Two numbers, each over the resources in canonical units:
   share is divided among its children the same way (a parent's demand is
   its children's, within its limit).
 
-Both are exact (Fractions): the tests compare them with hand-computed cases.
+Fair shares are exact (Fractions): the tests compare them with hand-computed
+cases.
 """
 from __future__ import annotations
 
@@ -29,11 +30,12 @@ from batchsched.core.queues.model import QueueInfo
 from batchsched.core.resources import Resources
 
 
-def dominant_share(queue: QueueInfo, allocated: Mapping[str, int], total: Mapping[str, int]) -> Fraction:
+def dominant_share(queue: QueueInfo, allocated: Mapping[str, int], total: Mapping[str, int]) -> float:
     """The queue's weighted dominant share: max over the resources it holds
-    of allocated / (total * weight); 0 while it holds nothing."""
-    return max((Fraction(amount) / (Fraction(total[name]) * Fraction(queue.weight_of(name)))
-                for name, amount in allocated.items() if amount > 0 and total.get(name, 0) > 0), default=Fraction(0))
+    of allocated / (total * weight); 0 while it holds nothing.  (A float:
+    it only orders queues, on every turn of a cycle.)"""
+    return max((amount / (total[name] * queue.weight_of(name))
+                for name, amount in allocated.items() if amount > 0 and total.get(name, 0) > 0), default=0.0)
 
 
 @dataclass(frozen=True)
