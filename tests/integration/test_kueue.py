@@ -2,9 +2,9 @@
 Kueue (sigs.k8s.io/kueue, built from source; tests/support/kueue.py) gates
 the plain pods of a LocalQueue, admits a pod group within its ClusterQueue's
 quota and lifts the gates; batchsched forms the gang from Kueue's group
-label and total-count annotation and binds it whole.  A group beyond the
-quota stays gated and unbound, whatever GPUs are free, until the first
-group finishes and Kueue admits it."""
+label and total-count annotation and binds it whole: an admitted group that
+does not fit yet binds no member, and one beyond the quota stays gated,
+until room is freed."""
 from __future__ import annotations
 
 import pytest
@@ -24,7 +24,7 @@ def kueue_binary() -> str:
     return str(localcluster.build_all()["kueue"])
 
 
-def queue_setup(env, gpus: int) -> str:
+def queue_setup(env, gpus: int) -> None:
     flavor, cluster_queue = f"rf-{env.id}", f"cq-{env.id}"
     env.add_cluster_object({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
                             "metadata": {"name": flavor}, "spec": {}})
@@ -37,7 +37,6 @@ def queue_setup(env, gpus: int) -> str:
                                                     {"name": "nvidia.com/gpu", "nominalQuota": str(gpus)}]}]}]}})
     env.create({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue", "metadata": {"name": "lq"},
                 "spec": {"clusterQueue": cluster_queue}})
-    return cluster_queue
 
 
 def kueue_group(env, group: str, size: int, gpus: int) -> list[str]:
@@ -59,30 +58,41 @@ def test_kueue_admits_within_quota_and_batchsched_binds_each_admitted_group_whol
     for i in range(3):
         env.add_node(f"gpu{i}", gpus=8)
     with running_kueue(kube, kubeconfig, kueue_binary, tmp_path, env.namespace, env.id):
-        cluster_queue = queue_setup(env, gpus=16)
+        queue_setup(env, gpus=32)
         start_scheduler()
         first = kueue_group(env, "a", 2, 8)
-        second = kueue_group(env, "b", 2, 8)  # 16 more GPUs: beyond the quota while a holds it
-        created = env.pods()
-        assert all(gated(created[n]) for n in first + second), "Kueue's webhook did not gate the pods"
-
+        assert all(gated(p) for p in env.pods().values()), "Kueue's webhook did not gate the pods"
         wait_for("group a admitted and bound", lambda: sorted(n for n in env.bound() if n in first) == first,
                  timeout=90)
-        bound = env.bound()
-        assert len({bound[n] for n in first}) == 2  # 8 GPUs each: two nodes
-        # b: a node is free, but Kueue has not admitted it -- nothing of it binds, its pods stay gated
-        wait_for("Kueue's verdict on b", lambda: _workload_condition(env, "b", "QuotaReserved") == "False",
-                 timeout=60)
-        pods = env.pods()
-        assert all(gated(pods[n]) and not pods[n]["spec"].get("nodeName") for n in second)
+        assert len(set(env.bound().values())) == 2  # 8 GPUs each: two of the three nodes
 
-        for name in first:  # a finishes: Kueue releases its quota and admits b
+        # b is admitted (32 GPUs of quota) and ungated, but one node is free: no member of it binds
+        second = kueue_group(env, "b", 2, 8)
+        wait_for("group b admitted", lambda: not any(gated(env.pods()[n]) for n in second), timeout=60)
+        third = kueue_group(env, "c", 2, 8)  # beyond the quota while a and b hold it: Kueue keeps it gated
+        wait_for("Kueue's verdict on c", lambda: _workload_condition(env, "c", "QuotaReserved") == "False",
+                 timeout=60)
+        wait_for("b's pods told why they wait", lambda: all(
+            _scheduled_condition(env.pods()[n]).startswith(f"gang {env.namespace}/kueue:b") for n in second),
+            timeout=30)
+        pods = env.pods()
+        assert not any(pods[n]["spec"].get("nodeName") for n in second + third)
+        assert all(gated(pods[n]) for n in third)
+
+        for name in first:  # a finishes: b fits now and binds whole
             kube.merge_patch(f"/api/v1/namespaces/{env.namespace}/pods/{name}/status",
                              {"status": {"phase": "Succeeded"}})
-        wait_for("group b admitted and bound", lambda: sorted(n for n in env.bound() if n in second) == second,
-                 timeout=90)
-        status = kube.get(f"{KUEUE_API}/clusterqueues/{cluster_queue}").get("status") or {}
-        assert status.get("admittedWorkloads", 0) >= 1
+        wait_for("group b bound", lambda: sorted(n for n in env.bound() if n in second) == second, timeout=90)
+        assert _workload_condition(env, "b", "Admitted") == "True"
+        wait_for("a finished for Kueue", lambda: _workload_condition(env, "a", "Finished") == "True", timeout=30)
+
+
+def _scheduled_condition(p: dict) -> str:
+    """The message of the pod's PodScheduled=False condition ("" without one)."""
+    for condition in (p.get("status") or {}).get("conditions") or ():
+        if condition["type"] == "PodScheduled" and condition["status"] == "False":
+            return condition.get("message") or ""
+    return ""
 
 
 def _workload_condition(env, group: str, kind: str) -> str:

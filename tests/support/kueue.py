@@ -117,7 +117,7 @@ def running_kueue(kube: TestKube, kubeconfig: str, binary: str, workdir: Path, n
     METRICS_CERTS.mkdir(parents=True, exist_ok=True)  # (see METRICS_CERTS)
     for name in ("tls.crt", "tls.key"):
         (METRICS_CERTS / name).write_bytes((certs / name).read_bytes())
-    port, health, metrics, visibility = (localcluster.free_port() for _ in range(4))
+    port, health, metrics = (localcluster.free_port() for _ in range(3))
     config = {
         "apiVersion": "config.kueue.x-k8s.io/v1beta2", "kind": "Configuration",
         "namespace": "kueue-system",
@@ -134,7 +134,8 @@ def running_kueue(kube: TestKube, kubeconfig: str, binary: str, workdir: Path, n
     (workdir / "kueue.yaml").write_text(yaml.safe_dump(config))
     hooks = webhook_configurations(module, f"https://127.0.0.1:{port}", ca, run_id, label)
     log = open(workdir / "kueue.log", "ab")
-    proc = subprocess.Popen([binary, f"--config={workdir / 'kueue.yaml'}", f"--visibility-server-port={visibility}",
+    # (its visibility API server would want certificates in /visibility: not needed here)
+    proc = subprocess.Popen([binary, f"--config={workdir / 'kueue.yaml'}", "--feature-gates=VisibilityOnDemand=false",
                              "--zap-log-level=info"], stdout=log, stderr=subprocess.STDOUT,
                             env={**os.environ, "KUBECONFIG": kubeconfig}, preexec_fn=localcluster._die_with_parent)
     try:
