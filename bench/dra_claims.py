@@ -10,7 +10,8 @@ patches its status before binding).  The same pending 1-GPU pods in gangs
 of ``--gang`` go to each pool in turn, with ``bench/controlplane.py``'s
 measure (process start, then first to last binding seen on a watch).
 Then one ``--big``-pod gang with claims, from eligible to all bound, with
-batchsched already running.  Prints a Markdown table.
+batchsched already running; and, for the API server's own pace, as many
+claims created and allocated by a bare client.  Prints a Markdown table.
 """
 from __future__ import annotations
 
@@ -84,6 +85,32 @@ async def big_gang(kube: Kube, kubeconfig: Path, workdir: Path, pool: str, size:
         stop(proc)
 
 
+async def bare_claim_writes(kube: Kube, ns: str, count: int, in_flight: int) -> float:
+    """The API server's own pace for what a claim costs it, with no scheduler:
+    ``count`` claims created and allocated (2 writes each) by a bare client,
+    ``in_flight`` at a time, as batchsched's claim writer does; seconds."""
+    slots = asyncio.Semaphore(in_flight)
+    path = f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims"
+
+    async def one(i: int) -> None:
+        async with slots:
+            claim = await kube.request("POST", path, body={
+                "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+                "metadata": {"generateName": f"bare-{i}-", "namespace": ns},
+                "spec": {"devices": {"requests": [{"name": "container-0-request-0", "exactly": {
+                    "deviceClassName": dra.GPU_CLASS, "allocationMode": "ExactCount", "count": 1}}]}}})
+            claim["status"] = {"allocation": {
+                "devices": {"results": [{"request": "container-0-request-0", "driver": dra.DRIVER,
+                                         "pool": "bare", "device": f"gpu-{i % 8}"}]},
+                "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
+                    {"key": "metadata.name", "operator": "In", "values": ["bare"]}]}]}}}
+            await kube.request("PUT", f"{path}/{claim['metadata']['name']}/status", body=claim)
+
+    started = time.monotonic()
+    await asyncio.gather(*(one(i) for i in range(count)))
+    return time.monotonic() - started
+
+
 async def claims_of(kube: Kube, ns: str) -> int:
     return len((await kube.request("GET", f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims"))["items"])
 
@@ -104,6 +131,8 @@ async def main_async(args) -> None:
         claims = await claims_of(kube, "bench-dra")
         latency = await big_gang(kube, cluster.kubeconfig, workdir, "big", args.big)
         big_claims = await claims_of(kube, "bench-big")
+        await kube.request("POST", "/api/v1/namespaces", body={"metadata": {"name": "bench-bare"}})
+        bare = await bare_claim_writes(kube, "bench-bare", args.big, 32)
     print(f"\n{args.nodes} DGX-1-like nodes per pool, {args.pods} pending 1-GPU pods in gangs of {args.gang}\n")
     print("| pool | steady pods bound/s | start to first bind (s) | overall pods/s incl. start |\n|---|---|---|---|")
     for label, rate in results.items():
@@ -113,6 +142,8 @@ async def main_async(args) -> None:
           f"{claims} claims written for {args.pods} pods")
     print(f"\n{args.big}-pod gang with claims, eligible to all bound: {latency * 1000:.0f} ms "
           f"({big_claims} claims)")
+    print(f"\nthe API server alone, a bare client: {args.big} claims created and allocated (2 writes each, "
+          f"32 in flight) in {bare * 1000:.0f} ms")
 
 
 def main() -> None:
