@@ -135,12 +135,14 @@ def _check_scheduler_name(name: str) -> str:
 class GangSourcesConfig(_Strict):
     """The foreign PodGroup conventions read beside our own (docs/integrations.md)."""
 
+    native: bool = True  # scheduling.k8s.io/v1beta1 PodGroups, where the API is served
     scheduler_plugins: bool = Field(True, alias="schedulerPlugins")
     volcano: bool = True
     kueue: bool = True  # Kueue's plain-pod groups (no PodGroup object)
 
     def enabled(self) -> tuple[str, ...]:
-        return tuple(name for name, on in ((gangsources.SCHEDULER_PLUGINS, self.scheduler_plugins),
+        return tuple(name for name, on in ((gangsources.NATIVE, self.native),
+                                           (gangsources.SCHEDULER_PLUGINS, self.scheduler_plugins),
                                            (gangsources.VOLCANO, self.volcano), (gangsources.KUEUE, self.kueue))
                      if on)
 

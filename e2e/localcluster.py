@@ -40,6 +40,7 @@ VERSIONS_FILE = HERE / "versions.env"
 
 # kwok manages only nodes carrying this label, so it never touches real nodes.
 KWOK_NODE_LABEL = "batchsched.io/simulated"
+NATIVE_GANG_GATE = "GenericWorkload"
 KWOK_NODE_LABEL_VALUE = "true"
 ADMIN_USER = "batchsched-admin"
 # The API server's audit log records what ServiceAccounts do (nothing else, so
@@ -340,6 +341,7 @@ def controller_manager_argv(binary: Path, kubeconfig: Path, pki: Path) -> list[s
         "--leader-elect=false", "--bind-address=127.0.0.1", f"--secure-port={free_port()}",
         # tests create hundreds of pods through Jobs in seconds
         "--kube-api-qps=1000", "--kube-api-burst=2000",
+        f"--feature-gates={NATIVE_GANG_GATE}=true",  # its podgroup-protection controller
         "--profiling=false", "-v=1",
     ]
 
@@ -404,6 +406,9 @@ def up(workdir: Path, with_scheduler: bool = True, with_controller_manager: bool
             "--max-requests-inflight=2000", "--max-mutating-requests-inflight=1000",
             f"--audit-policy-file={workdir / 'audit-policy.json'}", f"--audit-log-path={workdir / AUDIT_LOG}",
             "--audit-log-format=json",
+            # the native gang API (scheduling.k8s.io/v1beta1 PodGroups, pods' spec.schedulingGroup):
+            # beta and off by default in v1.37, read by batchsched where served (docs/integrations.md)
+            f"--feature-gates={NATIVE_GANG_GATE}=true", "--runtime-config=scheduling.k8s.io/v1beta1=true",
             "--profiling=false", "-v=1",
         ])
         _wait("kube-apiserver /readyz",

@@ -306,7 +306,10 @@ def pod_from_json(obj: Mapping[str, Any], gang_sources: frozenset[str] = frozens
         NodeSelectorTerm(_requirements(t.get("matchExpressions")), _requirements(t.get("matchFields")))
         for t in affinity.get("nodeSelectorTerms") or ()
     )
-    group_source, group = gangsources.pod_group(labels, annotations, gang_sources)
+    scheduling_group = spec.get("schedulingGroup")
+    group_source, group = gangsources.pod_group(
+        labels, annotations, gang_sources,
+        scheduling_group.get("podGroupName", "") if isinstance(scheduling_group, dict) else "")
     tolerations = tuple(
         Toleration(t.get("key") or "", t.get("operator") or "Equal", t.get("value") or "", t.get("effect") or "")
         for t in spec.get("tolerations") or ()

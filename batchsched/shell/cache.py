@@ -45,7 +45,7 @@ from batchsched.api import constants
 from batchsched.core.cluster import ClusterState
 from batchsched.core import gangsources
 from batchsched.core.dra import model as dra
-from batchsched.core.gangsources import schedulerplugins, volcano
+from batchsched.core.gangsources import native, schedulerplugins, volcano
 from batchsched.core.model import (
     GroupSpec, NodeInfo, PodInfo, annotated_topology, group_from_json, node_from_json, pod_from_json,
 )
@@ -771,6 +771,7 @@ _GROUP_READERS: dict[str, Callable[[dict, int | None], GroupSpec]] = {
     gangsources.OWN: group_from_json,
     gangsources.SCHEDULER_PLUGINS: lambda obj, priority: schedulerplugins.group_from_json(obj),
     gangsources.VOLCANO: volcano.group_from_json,
+    gangsources.NATIVE: native.group_from_json,
 }
 
 

@@ -17,8 +17,8 @@ from batchsched.core.cycle import (
     REASON_EXCEEDS_CAPACITY, REASON_QUORUM_NOT_REACHED, REASON_SCHEDULE_TIMEOUT, REASON_UNSCHEDULABLE, CyclePlan,
     Verdict, schedule_cycle,
 )
-from batchsched.core.gangsources import OWN, SCHEDULER_PLUGINS, SOURCES, VOLCANO, source_of_key
-from batchsched.core.gangsources import schedulerplugins, volcano
+from batchsched.core.gangsources import NATIVE, OWN, SCHEDULER_PLUGINS, SOURCES, VOLCANO, source_of_key
+from batchsched.core.gangsources import native, schedulerplugins, volcano
 from batchsched.core.gangs import (
     REASON_FOREIGN_MEMBERS, effective_priority, foreign_members, foreign_note, foreign_pod_message,
     no_members_message,
@@ -525,6 +525,10 @@ class Scheduler:
             return
         if source == VOLCANO:
             self.status.update(key, volcano.status(phase, counters, reason, message))
+            return
+        if source == NATIVE:
+            self.status.update(key, native.status(phase, reason, message, self.status.last_written(key),
+                                                  now_rfc3339()))
             return
         status = PodGroupStatus(
             phase=phase, observed_generation=obj["metadata"].get("generation", 0),

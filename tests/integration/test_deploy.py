@@ -23,6 +23,7 @@ from tests.integration.test_gang_sources import SCHEDULER_NAMES
 from tests.integration.test_gang_scheduling import make_gang, members_bound
 from tests.integration.test_partial_gangs import refuse_binding_of
 from tests.integration.test_preemption import Classes, alive, fill_with_inference, preemption_config
+from tests.integration.test_native_gangs import native_group, native_member
 from tests.support.frameworks import kuberay_volcano_cluster, mpi_operator_job
 from tests.integration.test_queues import add_queue
 from tests.support.kube import wait_for
@@ -188,6 +189,8 @@ def test_every_rule_granted_is_used_and_nothing_the_scheduler_does_is_refused(
                         kuberay_volcano_cluster("ray", env.namespace, 1, 0)):
         for obj in (group, *pods):
             env.create(obj)
+    native_group(env, "native", 1)  # and the native gang API's (scheduling.k8s.io/v1beta1)
+    native_member(env, "native-0", "native", 0)
     add_queue(env, "team")  # watched, and its status written
     config = preemption_config()
     config["schedulerNames"] = SCHEDULER_NAMES

@@ -3,6 +3,9 @@
 
 * ``batchsched``: our PodGroup (``scheduling.batchsched.io/v1alpha1``), pod
   label ``scheduling.batchsched.io/pod-group``; always on.
+* ``kubernetes``: the native gang API (v1.37, gate ``GenericWorkload``):
+  PodGroup ``scheduling.k8s.io/v1beta1`` with ``schedulingPolicy.gang.minCount``,
+  pods joining through ``spec.schedulingGroup.podGroupName`` (``native.py``).
 * ``scheduler-plugins``: PodGroup ``scheduling.x-k8s.io/v1alpha1``, pod label
   ``scheduling.x-k8s.io/pod-group`` (MPI Operator, Trainer's coscheduling
   plugin, KubeRay).
@@ -15,7 +18,8 @@
   the group; the gang waits for them as for any gated members.
 
 A pod that two sources claim belongs to the first in ``PRECEDENCE``: our own
-label is the one written for batchsched alone, then scheduler-plugins' label
+label is the one written for batchsched alone, then the native
+``spec.schedulingGroup`` (Kubernetes' own API), then scheduler-plugins' label
 (a label, which kubectl and selectors see), then Volcano's annotation, then
 Kueue's group label (an admission grouping, which a scheduler's PodGroup
 on the same pods refines).
@@ -31,10 +35,11 @@ from typing import Mapping
 from batchsched.api import constants
 
 OWN = "batchsched"
+NATIVE = "kubernetes"
 SCHEDULER_PLUGINS = "scheduler-plugins"
 VOLCANO = "volcano"
 KUEUE = "kueue"
-PRECEDENCE = (OWN, SCHEDULER_PLUGINS, VOLCANO, KUEUE)
+PRECEDENCE = (OWN, NATIVE, SCHEDULER_PLUGINS, VOLCANO, KUEUE)
 
 
 @dataclass(frozen=True)
@@ -42,7 +47,7 @@ class GangSource:
     name: str
     api_group: str
     version: str
-    member_key: str  # the pod label or annotation naming the PodGroup
+    member_key: str  # the pod label or annotation naming the PodGroup (the spec field, for NATIVE)
     by_annotation: bool  # member_key is an annotation, not a label
     status_subresource: bool  # the CRD serves podgroups/status
     podgroups: bool = True  # False: no PodGroup object, the pods say all (Kueue)
@@ -63,11 +68,14 @@ class GangSource:
 
     def membership(self, group: str) -> str:
         """What makes a pod a member, in words."""
+        if self.name == NATIVE:
+            return f"{self.member_key}: {group}"
         return f"{'annotation' if self.by_annotation else 'label'} {self.member_key}={group}"
 
 
 SOURCES: Mapping[str, GangSource] = {
     OWN: GangSource(OWN, constants.GROUP, constants.VERSION, constants.POD_GROUP_LABEL, False, True),
+    NATIVE: GangSource(NATIVE, "scheduling.k8s.io", "v1beta1", "spec.schedulingGroup.podGroupName", False, True),
     SCHEDULER_PLUGINS: GangSource(SCHEDULER_PLUGINS, "scheduling.x-k8s.io", "v1alpha1",
                                   "scheduling.x-k8s.io/pod-group", False, True),
     # Volcano's CRD has no status subresource: its scheduler updates the whole object.
@@ -93,14 +101,18 @@ def total_count(annotations: Mapping[str, str]) -> int:
 
 
 def pod_group(labels: Mapping[str, str], annotations: Mapping[str, str],
-              enabled: frozenset[str] = frozenset({OWN})) -> tuple[str, str]:
+              enabled: frozenset[str] = frozenset({OWN}), scheduling_group: object = "") -> tuple[str, str]:
     """(source, PodGroup name) of the first enabled source claiming the pod,
-    ("", "") when none does."""
+    ("", "") when none does; ``scheduling_group``: the pod's
+    ``spec.schedulingGroup.podGroupName``."""
     for name in PRECEDENCE:
         if name not in enabled:
             continue
         source = SOURCES[name]
-        value = (annotations if source.by_annotation else labels).get(source.member_key)
+        if name == NATIVE:
+            value = scheduling_group
+        else:
+            value = (annotations if source.by_annotation else labels).get(source.member_key)
         if isinstance(value, str) and value and len(value) <= MAX_GROUP_NAME:
             return name, value
     return "", ""
