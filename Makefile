@@ -13,7 +13,7 @@ $(PY):
 
 install: $(PY)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test]'
+	PYTHONWARNINGS=ignore $(PY) -m pip install --quiet -e '.[test]'  # (setuptools warns of editable installs)
 
 binaries:
 	$(PYTHON) e2e/localcluster.py build
