@@ -132,17 +132,38 @@ def _check_scheduler_name(name: str) -> str:
     return name
 
 
+# never: not read (Jobs not watched); optIn: the owners whose pods carry
+# scheduling.batchsched.io/auto-gang=true; always: every owner of the kind,
+# but those whose pods say "false".
+AutoGangMode = Literal["never", "optIn", "always"]
+
+
+class AutoGangsConfig(_Strict):
+    """Gangs formed from the pods' owner, with no PodGroup (docs/integrations.md)."""
+
+    jobs: AutoGangMode = "optIn"  # indexed Jobs, minMember = parallelism
+
+
 class GangSourcesConfig(_Strict):
     """The foreign PodGroup conventions read beside our own (docs/integrations.md)."""
 
     scheduler_plugins: bool = Field(True, alias="schedulerPlugins")
     volcano: bool = True
     kueue: bool = True  # Kueue's plain-pod groups (no PodGroup object)
+    auto_gangs: AutoGangsConfig = Field(default_factory=AutoGangsConfig, alias="autoGangs")
+
+    def _auto(self) -> tuple[tuple[str, str], ...]:
+        return ((gangsources.JOB, self.auto_gangs.jobs),)
 
     def enabled(self) -> tuple[str, ...]:
         return tuple(name for name, on in ((gangsources.SCHEDULER_PLUGINS, self.scheduler_plugins),
-                                           (gangsources.VOLCANO, self.volcano), (gangsources.KUEUE, self.kueue))
+                                           (gangsources.VOLCANO, self.volcano), (gangsources.KUEUE, self.kueue),
+                                           *((name, mode != "never") for name, mode in self._auto()))
                      if on)
+
+    def auto_always(self) -> tuple[str, ...]:
+        """The automatic sources that need no opt-in on the pods."""
+        return tuple(name for name, mode in self._auto() if mode == "always")
 
 
 class QueuesConfig(_Strict):

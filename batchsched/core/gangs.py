@@ -208,7 +208,7 @@ def _not_found(key: str, pod: PodInfo) -> str:
     if not pod.group_source:
         return f"PodGroup {key} not found"
     source = SOURCES[pod.group_source]
-    return (f"PodGroup {pod.namespace}/{pod.group} ({source.api_version}, named by the pod's "
+    return (f"{source.kind} {pod.namespace}/{pod.group} ({source.api_version}, named by the pod's "
             f"{source.membership(pod.group)}) not found")
 
 

@@ -293,8 +293,10 @@ def pod_requests(spec: Mapping[str, Any]) -> Resources:
     return {k: v for k, v in total.items() if v}
 
 
-def pod_from_json(obj: Mapping[str, Any], gang_sources: frozenset[str] = frozenset({gangsources.OWN})) -> PodInfo:
-    """``gang_sources``: the enabled gang sources, read in their precedence."""
+def pod_from_json(obj: Mapping[str, Any], gang_sources: frozenset[str] = frozenset({gangsources.OWN}),
+                  auto_always: frozenset[str] = frozenset()) -> PodInfo:
+    """``gang_sources``: the enabled gang sources, read in their precedence;
+    ``auto_always``: the automatic ones that need no opt-in on the pod."""
     meta = obj.get("metadata") or {}
     spec = obj.get("spec") or {}
     status = obj.get("status") or {}
@@ -306,7 +308,7 @@ def pod_from_json(obj: Mapping[str, Any], gang_sources: frozenset[str] = frozens
         NodeSelectorTerm(_requirements(t.get("matchExpressions")), _requirements(t.get("matchFields")))
         for t in affinity.get("nodeSelectorTerms") or ()
     )
-    group_source, group = gangsources.pod_group(labels, annotations, gang_sources)
+    group_source, group = gangsources.pod_group(labels, annotations, gang_sources, auto_always)
     tolerations = tuple(
         Toleration(t.get("key") or "", t.get("operator") or "Equal", t.get("value") or "", t.get("effect") or "")
         for t in spec.get("tolerations") or ()

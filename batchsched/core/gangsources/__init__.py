@@ -13,12 +13,19 @@
   ``kueue.x-k8s.io/pod-group-total-count`` is the gang's minMember
   (``kueue.py``).  Kueue's scheduling gate holds the pods until it admits
   the group; the gang waits for them as for any gated members.
+* ``job``: an automatic gang, no PodGroup object: the pods of one indexed
+  Job (label ``batch.kubernetes.io/job-name``, annotation
+  ``batch.kubernetes.io/job-completion-index``), its size read from the Job
+  itself (``jobs.py``).  Opt-in: per Job by the pod template's label
+  ``scheduling.batchsched.io/auto-gang: "true"``, or for every Job by config.
 
 A pod that two sources claim belongs to the first in ``PRECEDENCE``: our own
 label is the one written for batchsched alone, then scheduler-plugins' label
 (a label, which kubectl and selectors see), then Volcano's annotation, then
 Kueue's group label (an admission grouping, which a scheduler's PodGroup
-on the same pods refines).
+on the same pods refines), then the automatic gangs: they come from who
+made the pods, which says least about what the user asked, so any explicit
+grouping on the same pods wins.
 
 This module only names things and reads pods; each foreign source's
 PodGroup is read (and its status written) by its own module here.
@@ -34,7 +41,10 @@ OWN = "batchsched"
 SCHEDULER_PLUGINS = "scheduler-plugins"
 VOLCANO = "volcano"
 KUEUE = "kueue"
-PRECEDENCE = (OWN, SCHEDULER_PLUGINS, VOLCANO, KUEUE)
+JOB = "job"
+PRECEDENCE = (OWN, SCHEDULER_PLUGINS, VOLCANO, KUEUE, JOB)
+# Automatic gangs: formed from the pods' owner, not from an object made to group them.
+AUTOMATIC = frozenset({JOB})
 
 
 @dataclass(frozen=True)
@@ -45,7 +55,9 @@ class GangSource:
     member_key: str  # the pod label or annotation naming the PodGroup
     by_annotation: bool  # member_key is an annotation, not a label
     status_subresource: bool  # the CRD serves podgroups/status
-    podgroups: bool = True  # False: no PodGroup object, the pods say all (Kueue)
+    podgroups: bool = True  # False: no PodGroup object (Kueue: the pods say all; Job: its owner does)
+    plural: str = "podgroups"  # the collection that sizes the gang
+    kind: str = "PodGroup"
 
     @property
     def api_version(self) -> str:
@@ -53,8 +65,8 @@ class GangSource:
 
     @property
     def path(self) -> str:
-        """The PodGroups of every namespace."""
-        return f"/apis/{self.api_version}/podgroups"
+        """The objects of every namespace that size the gangs (PodGroups, or Jobs)."""
+        return f"/apis/{self.api_version}/{self.plural}"
 
     def object_path(self, namespace: str, name: str) -> str:
         """Where its status is written: the status subresource, else the object itself."""
@@ -74,6 +86,9 @@ SOURCES: Mapping[str, GangSource] = {
     VOLCANO: GangSource(VOLCANO, "scheduling.volcano.sh", "v1beta1", "scheduling.k8s.io/group-name", True, False),
     KUEUE: GangSource(KUEUE, "kueue.x-k8s.io", "v1beta2", "kueue.x-k8s.io/pod-group-name", False, False,
                       podgroups=False),
+    # The Job controller's label; a Job has no status of ours to write.
+    JOB: GangSource(JOB, "batch", "v1", "batch.kubernetes.io/job-name", False, False, podgroups=False,
+                    plural="jobs", kind="Job"),
 }
 
 # Longer values cannot be an object name: such a pod is not in any gang of that source.
@@ -81,6 +96,11 @@ MAX_GROUP_NAME = 253
 # Kueue's plain-pod groups state their size on every pod (kueue.py).
 TOTAL_COUNT_ANNOTATION = "kueue.x-k8s.io/pod-group-total-count"
 MAX_TOTAL_COUNT = 100_000  # as our PodGroup's minMember
+# The Job controller writes it on the pods of Indexed Jobs only: a NonIndexed
+# Job's pods are interchangeable and each may run alone.
+JOB_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
+# On a pod (its owner's template): "true" asks an automatic gang, "false" refuses one.
+AUTO_GANG_LABEL = f"{constants.GROUP}/auto-gang"
 
 
 def total_count(annotations: Mapping[str, str]) -> int:
@@ -92,12 +112,26 @@ def total_count(annotations: Mapping[str, str]) -> int:
     return count if 1 <= count <= MAX_TOTAL_COUNT else 0
 
 
+def auto_gang_wanted(source: str, labels: Mapping[str, str], annotations: Mapping[str, str],
+                     always: frozenset[str]) -> bool:
+    """Whether the pod joins its owner's automatic gang: its owner is of the
+    kind (an indexed Job), and it asks for one, or the config makes every such
+    owner a gang (``always``) and it does not refuse."""
+    if source == JOB and JOB_INDEX_ANNOTATION not in annotations:
+        return False
+    wanted = labels.get(AUTO_GANG_LABEL)
+    return wanted == "true" or (source in always and wanted != "false")
+
+
 def pod_group(labels: Mapping[str, str], annotations: Mapping[str, str],
-              enabled: frozenset[str] = frozenset({OWN})) -> tuple[str, str]:
+              enabled: frozenset[str] = frozenset({OWN}), auto_always: frozenset[str] = frozenset()) -> tuple[str, str]:
     """(source, PodGroup name) of the first enabled source claiming the pod,
-    ("", "") when none does."""
+    ("", "") when none does.  ``auto_always``: the automatic sources every
+    owner of whose kind is a gang (else only those whose pods ask)."""
     for name in PRECEDENCE:
         if name not in enabled:
+            continue
+        if name in AUTOMATIC and not auto_gang_wanted(name, labels, annotations, auto_always):
             continue
         source = SOURCES[name]
         value = (annotations if source.by_annotation else labels).get(source.member_key)
