@@ -142,6 +142,8 @@ class AutoGangsConfig(_Strict):
     """Gangs formed from the pods' owner, with no PodGroup (docs/integrations.md)."""
 
     jobs: AutoGangMode = "optIn"  # indexed Jobs, minMember = parallelism
+    # each group of a LeaderWorkerSet, minMember = its pods' size annotation
+    leader_worker_sets: AutoGangMode = Field("optIn", alias="leaderWorkerSets")
 
 
 class GangSourcesConfig(_Strict):
@@ -153,7 +155,8 @@ class GangSourcesConfig(_Strict):
     auto_gangs: AutoGangsConfig = Field(default_factory=AutoGangsConfig, alias="autoGangs")
 
     def _auto(self) -> tuple[tuple[str, str], ...]:
-        return ((gangsources.JOB, self.auto_gangs.jobs),)
+        return ((gangsources.LEADER_WORKER_SET, self.auto_gangs.leader_worker_sets),
+                (gangsources.JOB, self.auto_gangs.jobs))
 
     def enabled(self) -> tuple[str, ...]:
         return tuple(name for name, on in ((gangsources.SCHEDULER_PLUGINS, self.scheduler_plugins),

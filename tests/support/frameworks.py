@@ -107,3 +107,28 @@ def job_controller_pods(job: dict, uid: str = "job-uid") -> list[dict]:
         pod["status"] = {"phase": "Pending"}
         pods.append(pod)
     return pods
+
+
+LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
+LWS_GROUP_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/group-index"
+LWS_SIZE_ANNOTATION = "leaderworkerset.sigs.k8s.io/size"
+
+
+def leader_worker_set_group(lws: str, namespace: str, group: int, size: int, gpus: int,
+                            auto_gang: str | None = "true", scheduler: str = "batchsched") -> list[dict]:
+    """The pods of group ``group`` of LeaderWorkerSet ``lws`` as its controller
+    stamps them (sigs.k8s.io/lws: the leader from the leader StatefulSet, its
+    workers from the group's worker StatefulSet): labels name, group-index,
+    worker-index, group-key, the template's own; annotation size (leader +
+    workers) on every pod, leader-name on the workers."""
+    common = {LWS_NAME_LABEL: lws, LWS_GROUP_INDEX_LABEL: str(group),
+              "leaderworkerset.sigs.k8s.io/group-key": f"{lws}-{group}-key",
+              **({AUTO_GANG_LABEL: auto_gang} if auto_gang else {})}
+    leader = f"{lws}-{group}"
+    pods = [_pod(leader, namespace, scheduler, gpus, {**common, "leaderworkerset.sigs.k8s.io/worker-index": "0"},
+                 {LWS_SIZE_ANNOTATION: str(size)})]
+    pods += [_pod(f"{leader}-{w}", namespace, scheduler, gpus,
+                  {**common, "leaderworkerset.sigs.k8s.io/worker-index": str(w)},
+                  {LWS_SIZE_ANNOTATION: str(size), "leaderworkerset.sigs.k8s.io/leader-name": leader})
+             for w in range(1, size)]
+    return pods

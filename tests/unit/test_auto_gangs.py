@@ -1,7 +1,8 @@
 """Automatic gangs (docs/integrations.md): an Indexed Job's pods, stamped as
 the Job controller stamps them, are one gang with no PodGroup, its size the
-Job's parallelism; opt-in per Job or by config; every explicit grouping on
-the same pods wins."""
+Job's parallelism; each LeaderWorkerSet group, stamped as the LWS controller
+stamps it, is one gang of its size annotation; opt-in per owner or by
+config; every explicit grouping on the same pods wins."""
 from __future__ import annotations
 
 import asyncio
@@ -16,7 +17,7 @@ from batchsched.core.gangsources import jobs
 from batchsched.core.model import pod_from_json
 from batchsched.core.queueing.queue import GangQueue
 from batchsched.shell.cache import ClusterCache
-from tests.support.frameworks import indexed_job, job_controller_pods
+from tests.support.frameworks import indexed_job, job_controller_pods, leader_worker_set_group
 from tests.unit.cache_support import relist
 
 ALL = frozenset(gangsources.PRECEDENCE)
@@ -153,3 +154,48 @@ def test_every_explicit_grouping_wins_over_the_automatic_gang(label, annotation,
     assert pod_from_json(pod, ALL).gang_key == expected
     assert pod_from_json(pod, ALL - {gangsources.source_of_key(expected)} | {gangsources.OWN}).gang_key \
         == (KEY if expected != "train/mine" else expected)  # our own label is always read
+
+
+def lws_cache(pods: list[dict], node_count: int, **config) -> ClusterCache:
+    for pod in pods:
+        pod["metadata"].update(uid=f"uid-{pod['metadata']['name']}", creationTimestamp="2024-01-01T00:00:00Z")
+    return cache_with([], pods, node_count, **config)
+
+
+def test_each_leader_worker_set_group_is_one_gang_of_its_stated_size():
+    pods = leader_worker_set_group("serve", "train", 0, 4, 8) + leader_worker_set_group("serve", "train", 1, 4, 8)
+    cache = lws_cache(pods, 4)
+    index = GangIndex(cache.snapshot(0.0))
+    assert sorted(index) == ["train/leaderworkerset:serve-0", "train/leaderworkerset:serve-1"]
+    assert [index[k].min_member for k in sorted(index)] == [4, 4]
+    placed = cycle(cache).bindings
+    assert len(placed) == 4 and len({b.gang_key for b in placed}) == 1  # room for one group: it binds whole
+
+
+def test_a_leader_worker_set_group_missing_a_worker_binds_nothing():
+    plan = cycle(lws_cache(leader_worker_set_group("serve", "train", 0, 4, 8)[:3], 4))
+    assert plan.bindings == []
+    assert plan.verdicts["train/leaderworkerset:serve-0"].message.startswith(
+        "3/4 members exist (pods with labels leaderworkerset.sigs.k8s.io/name and "
+        "leaderworkerset.sigs.k8s.io/group-index of group serve-0 and schedulerName batchsched")
+
+
+def test_a_leader_worker_set_group_whose_pods_disagree_on_its_size_is_refused():
+    pods = leader_worker_set_group("serve", "train", 0, 2, 8)
+    pods[1]["metadata"]["annotations"]["leaderworkerset.sigs.k8s.io/size"] = "3"
+    verdict = cycle(lws_cache(pods, 2)).verdicts["train/leaderworkerset:serve-0"]
+    assert (verdict.reason, verdict.message) == (
+        "InvalidPodGroup", "the pods of LeaderWorkerSet group serve-0 disagree on leaderworkerset.sigs.k8s.io/size: 2, 3")
+
+
+def test_kueues_group_on_leader_worker_set_pods_wins_and_lws_groups_are_opt_in():
+    pod = leader_worker_set_group("serve", "train", 0, 2, 8)[0]
+    assert pod_from_json(pod, ALL).gang_key == "train/leaderworkerset:serve-0"
+    pod["metadata"]["labels"]["kueue.x-k8s.io/pod-group-name"] = "leaderworkerset-serve-0-ab12c"
+    pod["metadata"]["annotations"]["kueue.x-k8s.io/pod-group-total-count"] = "2"
+    assert pod_from_json(pod, ALL).gang_key == "train/kueue:leaderworkerset-serve-0-ab12c"
+    plain = leader_worker_set_group("serve", "train", 0, 2, 8, auto_gang=None)
+    assert {p.gang_key for p in lws_cache(plain, 2).pods.values()} == {"train/pod:serve-0", "train/pod:serve-0-1"}
+    everyone = leader_worker_set_group("serve", "train", 0, 2, 8, auto_gang=None)
+    assert {p.gang_key for p in lws_cache(everyone, 2, autoGangs={"leaderWorkerSets": "always"}).pods.values()} \
+        == {"train/leaderworkerset:serve-0"}

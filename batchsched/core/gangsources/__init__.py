@@ -11,13 +11,19 @@
 * ``kueue``: Kueue's plain-pod groups, no PodGroup object: pod label
   ``kueue.x-k8s.io/pod-group-name``, and every pod's annotation
   ``kueue.x-k8s.io/pod-group-total-count`` is the gang's minMember
-  (``kueue.py``).  Kueue's scheduling gate holds the pods until it admits
-  the group; the gang waits for them as for any gated members.
+  (``stated_size.py``).  Kueue's scheduling gate holds the pods until it
+  admits the group; the gang waits for them as for any gated members.
+* ``leaderworkerset``: an automatic gang, no PodGroup object: the leader and
+  workers of one LeaderWorkerSet group (labels
+  ``leaderworkerset.sigs.k8s.io/name`` and ``group-index``), minMember their
+  annotation ``leaderworkerset.sigs.k8s.io/size`` (``stated_size.py``).
 * ``job``: an automatic gang, no PodGroup object: the pods of one indexed
   Job (label ``batch.kubernetes.io/job-name``, annotation
   ``batch.kubernetes.io/job-completion-index``), its size read from the Job
-  itself (``jobs.py``).  Opt-in: per Job by the pod template's label
-  ``scheduling.batchsched.io/auto-gang: "true"``, or for every Job by config.
+  itself (``jobs.py``).
+  Automatic gangs are opt-in: per owner by the pod template's label
+  ``scheduling.batchsched.io/auto-gang: "true"``, or for every owner of the
+  kind by config.
 
 A pod that two sources claim belongs to the first in ``PRECEDENCE``: our own
 label is the one written for batchsched alone, then scheduler-plugins' label
@@ -41,10 +47,11 @@ OWN = "batchsched"
 SCHEDULER_PLUGINS = "scheduler-plugins"
 VOLCANO = "volcano"
 KUEUE = "kueue"
+LEADER_WORKER_SET = "leaderworkerset"
 JOB = "job"
-PRECEDENCE = (OWN, SCHEDULER_PLUGINS, VOLCANO, KUEUE, JOB)
+PRECEDENCE = (OWN, SCHEDULER_PLUGINS, VOLCANO, KUEUE, LEADER_WORKER_SET, JOB)
 # Automatic gangs: formed from the pods' owner, not from an object made to group them.
-AUTOMATIC = frozenset({JOB})
+AUTOMATIC = frozenset({LEADER_WORKER_SET, JOB})
 
 
 @dataclass(frozen=True)
@@ -58,6 +65,11 @@ class GangSource:
     podgroups: bool = True  # False: no PodGroup object (Kueue: the pods say all; Job: its owner does)
     plural: str = "podgroups"  # the collection that sizes the gang
     kind: str = "PodGroup"
+    # Set: the gang is the owner's name (member_key), "-", this label's value (a LeaderWorkerSet's group).
+    index_label: str = ""
+    # Set: every pod states the gang's size in this annotation (stated_size.py), as in a ``group_words``.
+    size_annotation: str = ""
+    group_words: str = ""
 
     @property
     def api_version(self) -> str:
@@ -75,6 +87,8 @@ class GangSource:
 
     def membership(self, group: str) -> str:
         """What makes a pod a member, in words."""
+        if self.index_label:
+            return f"labels {self.member_key} and {self.index_label} of group {group}"
         return f"{'annotation' if self.by_annotation else 'label'} {self.member_key}={group}"
 
 
@@ -85,7 +99,14 @@ SOURCES: Mapping[str, GangSource] = {
     # Volcano's CRD has no status subresource: its scheduler updates the whole object.
     VOLCANO: GangSource(VOLCANO, "scheduling.volcano.sh", "v1beta1", "scheduling.k8s.io/group-name", True, False),
     KUEUE: GangSource(KUEUE, "kueue.x-k8s.io", "v1beta2", "kueue.x-k8s.io/pod-group-name", False, False,
-                      podgroups=False),
+                      podgroups=False, size_annotation="kueue.x-k8s.io/pod-group-total-count",
+                      group_words="Kueue pod group"),
+    LEADER_WORKER_SET: GangSource(LEADER_WORKER_SET, "leaderworkerset.x-k8s.io", "v1",
+                                  "leaderworkerset.sigs.k8s.io/name", False, False, podgroups=False,
+                                  plural="leaderworkersets", kind="LeaderWorkerSet",
+                                  index_label="leaderworkerset.sigs.k8s.io/group-index",
+                                  size_annotation="leaderworkerset.sigs.k8s.io/size",
+                                  group_words="LeaderWorkerSet group"),
     # The Job controller's label; a Job has no status of ours to write.
     JOB: GangSource(JOB, "batch", "v1", "batch.kubernetes.io/job-name", False, False, podgroups=False,
                     plural="jobs", kind="Job"),
@@ -93,9 +114,8 @@ SOURCES: Mapping[str, GangSource] = {
 
 # Longer values cannot be an object name: such a pod is not in any gang of that source.
 MAX_GROUP_NAME = 253
-# Kueue's plain-pod groups state their size on every pod (kueue.py).
-TOTAL_COUNT_ANNOTATION = "kueue.x-k8s.io/pod-group-total-count"
-MAX_TOTAL_COUNT = 100_000  # as our PodGroup's minMember
+# The most pods a gang states on its pods (stated_size.py), as our PodGroup's minMember.
+MAX_TOTAL_COUNT = 100_000
 # The Job controller writes it on the pods of Indexed Jobs only: a NonIndexed
 # Job's pods are interchangeable and each may run alone.
 JOB_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
@@ -103,9 +123,12 @@ JOB_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 AUTO_GANG_LABEL = f"{constants.GROUP}/auto-gang"
 
 
-def total_count(annotations: Mapping[str, str]) -> int:
-    """A Kueue pod's stated group size; 0 when absent or not a count (digits, 1 to MAX_TOTAL_COUNT)."""
-    value = annotations.get(TOTAL_COUNT_ANNOTATION)
+def stated_count(source: str, annotations: Mapping[str, str]) -> int:
+    """The gang size a pod states for ``source`` (Kueue's, a LeaderWorkerSet's);
+    0 when it states none or not a count (digits, 1 to MAX_TOTAL_COUNT)."""
+    if not SOURCES[source].size_annotation:
+        return 0
+    value = annotations.get(SOURCES[source].size_annotation)
     if not isinstance(value, str) or not value.isdigit() or len(value) > 6:
         return 0
     count = int(value)
@@ -135,6 +158,9 @@ def pod_group(labels: Mapping[str, str], annotations: Mapping[str, str],
             continue
         source = SOURCES[name]
         value = (annotations if source.by_annotation else labels).get(source.member_key)
+        if source.index_label:
+            index = labels.get(source.index_label)
+            value = f"{value}-{index}" if value and isinstance(index, str) and index.isdigit() else None
         if isinstance(value, str) and value and len(value) <= MAX_GROUP_NAME:
             return name, value
     return "", ""
