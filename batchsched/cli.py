@@ -36,7 +36,8 @@ async def _explain(args: argparse.Namespace) -> int:
     kube = Kube.over(target.configuration)
     try:
         cache = ClusterCache(config.scheduler_name, config.node_selector, config.also_serves,
-                             config.gang_sources.enabled())
+                             config.gang_sources.enabled(),
+                             config.gang_sources.auto_always())
         for reflector in cache.reflectors(kube):
             try:
                 await reflector.list_once()

@@ -132,6 +132,20 @@ def _check_scheduler_name(name: str) -> str:
     return name
 
 
+# never: not read (Jobs not watched); optIn: the owners whose pods carry
+# scheduling.batchsched.io/auto-gang=true; always: every owner of the kind,
+# but those whose pods say "false".
+AutoGangMode = Literal["never", "optIn", "always"]
+
+
+class AutoGangsConfig(_Strict):
+    """Gangs formed from the pods' owner, with no PodGroup (docs/integrations.md)."""
+
+    jobs: AutoGangMode = "optIn"  # indexed Jobs, minMember = parallelism
+    # each group of a LeaderWorkerSet, minMember = its pods' size annotation
+    leader_worker_sets: AutoGangMode = Field("optIn", alias="leaderWorkerSets")
+
+
 class GangSourcesConfig(_Strict):
     """The foreign PodGroup conventions read beside our own (docs/integrations.md)."""
 
@@ -139,12 +153,22 @@ class GangSourcesConfig(_Strict):
     scheduler_plugins: bool = Field(True, alias="schedulerPlugins")
     volcano: bool = True
     kueue: bool = True  # Kueue's plain-pod groups (no PodGroup object)
+    auto_gangs: AutoGangsConfig = Field(default_factory=AutoGangsConfig, alias="autoGangs")
+
+    def _auto(self) -> tuple[tuple[str, str], ...]:
+        return ((gangsources.LEADER_WORKER_SET, self.auto_gangs.leader_worker_sets),
+                (gangsources.JOB, self.auto_gangs.jobs))
 
     def enabled(self) -> tuple[str, ...]:
         return tuple(name for name, on in ((gangsources.NATIVE, self.native),
                                            (gangsources.SCHEDULER_PLUGINS, self.scheduler_plugins),
-                                           (gangsources.VOLCANO, self.volcano), (gangsources.KUEUE, self.kueue))
+                                           (gangsources.VOLCANO, self.volcano), (gangsources.KUEUE, self.kueue),
+                                           *((name, mode != "never") for name, mode in self._auto()))
                      if on)
+
+    def auto_always(self) -> tuple[str, ...]:
+        """The automatic sources that need no opt-in on the pods."""
+        return tuple(name for name, mode in self._auto() if mode == "always")
 
 
 class QueuesConfig(_Strict):

@@ -71,7 +71,7 @@ def explain_gang(snapshot: Snapshot, gang_key: str, config: CoreConfig = CoreCon
         if gang_key in snapshot.groups or gang_key in snapshot.invalid_groups:
             source = gangsources.SOURCES[gangsources.source_of_key(gang_key)]
             name = gang_key.split("/")[-1].removeprefix(f"{source.name}:")
-            report.verdict = (f"PodGroup {gang_key} has no member pods with schedulerName "
+            report.verdict = (f"{source.kind} {gang_key} has no member pods with schedulerName "
                               f"{snapshot.scheduler_name!r} ({source.membership(name)}).")
         else:
             report.verdict = f"No PodGroup or pod gang {gang_key} is known."

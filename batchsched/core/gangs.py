@@ -16,7 +16,7 @@ from typing import Hashable, Iterator, Mapping, Sequence
 
 from batchsched.api.constants import POD_GROUP_LABEL
 from batchsched.core.cluster import ClusterState
-from batchsched.core.gangsources import KUEUE, OWN, SOURCES, kueue
+from batchsched.core.gangsources import OWN, SOURCES, stated_size
 from batchsched.core.model import GroupSpec, PodInfo
 from batchsched.core.snapshot import Snapshot
 from batchsched.core.text import clip
@@ -208,7 +208,7 @@ def _not_found(key: str, pod: PodInfo) -> str:
     if not pod.group_source:
         return f"PodGroup {key} not found"
     source = SOURCES[pod.group_source]
-    return (f"PodGroup {pod.namespace}/{pod.group} ({source.api_version}, named by the pod's "
+    return (f"{source.kind} {pod.namespace}/{pod.group} ({source.api_version}, named by the pod's "
             f"{source.membership(pod.group)}) not found")
 
 
@@ -220,8 +220,8 @@ def _gang(key: str, members: list[PodInfo], snapshot: Snapshot, foreign: tuple[P
     members.sort(key=lambda p: (p.created, p.name, p.uid))
     first = members[0]
     spec, problem = None, None
-    if first.group and first.group_source == KUEUE:  # no PodGroup: its pods say what it is
-        read = kueue.group_spec(KUEUE, members)
+    if first.group and SOURCES[first.group_source or OWN].size_annotation:  # no PodGroup: its pods say what it is
+        read = stated_size.group_spec(first.group_source, members)
         if isinstance(read, str):
             problem = GangProblem(REASON_INVALID_GROUP, read)
         else:

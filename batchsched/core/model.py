@@ -108,7 +108,7 @@ class PodInfo:
     priority: int = 0
     group: str = ""  # PodGroup name ("" = not in a group)
     group_source: str = ""  # whose PodGroup: "" ours, else a foreign gang source (core/gangsources)
-    group_total: int = 0  # a Kueue group's stated size (its pods' total-count annotation; 0: none valid)
+    group_total: int = 0  # the size its pods state (Kueue's total-count, LWS's size; 0: none valid)
     node_selector: Mapping[str, str] = field(default_factory=dict)
     affinity_terms: tuple[NodeSelectorTerm, ...] = ()  # required node affinity
     tolerations: tuple[Toleration, ...] = ()
@@ -293,8 +293,10 @@ def pod_requests(spec: Mapping[str, Any]) -> Resources:
     return {k: v for k, v in total.items() if v}
 
 
-def pod_from_json(obj: Mapping[str, Any], gang_sources: frozenset[str] = frozenset({gangsources.OWN})) -> PodInfo:
-    """``gang_sources``: the enabled gang sources, read in their precedence."""
+def pod_from_json(obj: Mapping[str, Any], gang_sources: frozenset[str] = frozenset({gangsources.OWN}),
+                  auto_always: frozenset[str] = frozenset()) -> PodInfo:
+    """``gang_sources``: the enabled gang sources, read in their precedence;
+    ``auto_always``: the automatic ones that need no opt-in on the pod."""
     meta = obj.get("metadata") or {}
     spec = obj.get("spec") or {}
     status = obj.get("status") or {}
@@ -308,7 +310,7 @@ def pod_from_json(obj: Mapping[str, Any], gang_sources: frozenset[str] = frozens
     )
     scheduling_group = spec.get("schedulingGroup")
     group_source, group = gangsources.pod_group(
-        labels, annotations, gang_sources,
+        labels, annotations, gang_sources, auto_always,
         scheduling_group.get("podGroupName", "") if isinstance(scheduling_group, dict) else "")
     tolerations = tuple(
         Toleration(t.get("key") or "", t.get("operator") or "Equal", t.get("value") or "", t.get("effect") or "")
@@ -326,7 +328,7 @@ def pod_from_json(obj: Mapping[str, Any], gang_sources: frozenset[str] = frozens
         priority=int(spec.get("priority") or 0),
         group=group,
         group_source="" if group_source == gangsources.OWN else group_source,
-        group_total=gangsources.total_count(annotations) if group_source == gangsources.KUEUE else 0,
+        group_total=gangsources.stated_count(group_source, annotations) if group else 0,
         node_selector=dict(spec.get("nodeSelector") or {}),
         affinity_terms=terms,
         tolerations=tolerations,

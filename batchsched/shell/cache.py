@@ -45,7 +45,7 @@ from batchsched.api import constants
 from batchsched.core.cluster import ClusterState
 from batchsched.core import gangsources
 from batchsched.core.dra import model as dra
-from batchsched.core.gangsources import native, schedulerplugins, volcano
+from batchsched.core.gangsources import jobs, native, schedulerplugins, volcano
 from batchsched.core.model import (
     GroupSpec, NodeInfo, PodInfo, annotated_topology, group_from_json, node_from_json, pod_from_json,
 )
@@ -203,13 +203,15 @@ class Reflector:
 
 class ClusterCache:
     def __init__(self, scheduler_name: str, node_selector: Mapping[str, str] | None = None,
-                 also_serves: Iterable[str] = (), gang_sources: Iterable[str] = ()):
+                 also_serves: Iterable[str] = (), gang_sources: Iterable[str] = (),
+                 auto_always: Iterable[str] = ()):
         self.scheduler_name = scheduler_name
         # Other schedulerNames whose pods are ours too (config schedulerNames):
         # such a pod is held under scheduler_name, so the core sees one name.
         self.also_serves = frozenset(also_serves) - {scheduler_name}
         # The gang sources read (core/gangsources), ours always among them.
         self.gang_sources = frozenset({gangsources.OWN, *gang_sources})
+        self.auto_always = frozenset(auto_always)  # automatic gangs that need no opt-in on the pods
         self.node_selector = dict(node_selector or {})
         self.state = ClusterState(scheduler_name)
         self.groups_raw: dict[str, dict] = {}  # every source's PodGroups, by gang key
@@ -260,6 +262,11 @@ class ClusterCache:
                         functools.partial(self._apply_group, source=name), restart, optional=True)
               for name in gangsources.PRECEDENCE
               if name != gangsources.OWN and name in self.gang_sources and gangsources.SOURCES[name].podgroups),
+            # Indexed Jobs size their automatic gangs; without RBAC for them
+            # their pods wait as members of a Job not found.
+            *([Reflector(kube, gangsources.SOURCES[gangsources.JOB].path, "jobs", self._job_entry,
+                         self._replace_jobs, self._apply_job, restart, optional=True)]
+              if gangsources.JOB in self.gang_sources else []),
             Reflector(kube, QUEUES_PATH, "queues", self._queue_entry, self._replace_queues, self._apply_queue,
                       restart, optional=True),
             Reflector(kube, "/api/v1/pods", "pods", self._pod_entry, self._replace_pods, self._apply_pod, restart),
@@ -274,7 +281,7 @@ class ClusterCache:
 
     def _parse_pod(self, obj: dict) -> PodInfo | None:
         try:
-            pod = pod_from_json(obj, self.gang_sources)
+            pod = pod_from_json(obj, self.gang_sources, self.auto_always)
             if pod.scheduler_name in self.also_serves:
                 pod = dataclasses.replace(pod, scheduler_name=self.scheduler_name)
             return pod
@@ -656,6 +663,41 @@ class ClusterCache:
         for key, obj in self.groups_raw.items():
             self._convert_group(key, obj)
         self._notify()
+
+    # ---- Jobs (automatic gangs) ----------------------------------------------------
+
+    @staticmethod
+    def _job_entry(obj: dict) -> tuple[str, GroupSpec] | None:
+        """An Indexed Job as its gang's spec (held like a PodGroup's, never
+        raw: nothing is written to a Job); None for any other Job."""
+        spec = jobs.group_from_json(obj)
+        return None if spec is None else (spec.key, spec)
+
+    def _replace_jobs(self, listed: dict[str, GroupSpec]) -> None:
+        for key in [k for k in self.groups if gangsources.source_of_key(k) == gangsources.JOB and k not in listed]:
+            del self.groups[key]
+            self.touched_gangs.add(key)
+        for key, spec in listed.items():
+            self._put_job(key, spec)
+        self._notify()
+
+    def _apply_job(self, event_type: str, obj: dict) -> None:
+        meta = obj.get("metadata") or {}
+        key = gangsources.gang_key(str(meta.get("namespace", "")), gangsources.JOB, str(meta.get("name", "")))
+        entry = None if event_type == "DELETED" else self._job_entry(obj)
+        if entry is None:
+            if self.groups.pop(key, None) is not None:
+                self.touched_gangs.add(key)
+        else:
+            self._put_job(key, entry[1])
+        self._notify()
+
+    def _put_job(self, key: str, spec: GroupSpec) -> None:
+        """Its gang is touched only when its size changed: a Job's status
+        changes with every pod it starts, which mostly leaves the size be."""
+        if self.groups.get(key) != spec:
+            self.groups[key] = spec
+            self.touched_gangs.add(key)
 
     # ---- Queues -----------------------------------------------------------------
 

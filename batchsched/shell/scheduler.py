@@ -64,7 +64,8 @@ class Scheduler:
         self.config = config
         self.core_config = config.core()
         self.cache = ClusterCache(config.scheduler_name, config.node_selector, config.also_serves,
-                                  config.gang_sources.enabled())
+                                  config.gang_sources.enabled(),
+                                  config.gang_sources.auto_always())
         self.reflectors = self.cache.reflectors(kube)
         self.queue = GangQueue.from_config(self.core_config)
         self.binder = Binder(kube, config.binding.parallelism, config.binding.retries)

@@ -36,3 +36,31 @@ def test_the_examples_apply_and_their_pods_are_scheduled(env, kubeconfig, kubect
              lambda: len([n for n in env.bound() if n.startswith("llm-inference-")]) == 2)
     wait_for("the PodGroup Running", lambda: env.podgroup("llama-finetune").get("status", {}).get("phase")
              == "Running")
+
+
+FRAMEWORKS = sorted((ROOT / "examples" / "frameworks").glob("*.yaml"))
+
+
+@pytest.fixture(scope="module")
+def framework_crds(foreign_podgroup_crds):
+    """The CRDs the framework examples name: scheduler-plugins', Volcano's and Kueue's."""
+    from tests.support import kueue
+    kueue.install_crds(foreign_podgroup_crds, kueue.module_dir())
+    return foreign_podgroup_crds
+
+
+@pytest.mark.parametrize("example", FRAMEWORKS, ids=lambda p: p.stem)
+def test_each_framework_example_is_accepted_by_the_api_server(example, env, kubeconfig, kubectl, framework_crds):
+    result = run_kubectl(kubectl, kubeconfig, "apply", "--dry-run=server", "-n", env.namespace, "-f", str(example))
+    assert "(server dry run)" in result.stdout, result.stdout
+    assert example.read_text().startswith("# "), "each example opens with a comment saying what it is"
+
+
+def test_the_indexed_job_example_is_gang_bound_whole_with_no_podgroup(env, kubeconfig, kubectl, start_scheduler):
+    run_kubectl(kubectl, kubeconfig, "apply", "-n", env.namespace, "-f",
+                str(ROOT / "examples" / "frameworks" / "indexed-job.yaml"))
+    nodes = [env.add_node(f"gpu{i}", gpus=8, taints=GPU_TAINT) for i in range(4)]
+    wait_for("the Job controller's 4 pods", lambda: len(env.kube.pods(env.namespace)) == 4)
+    start_scheduler()
+    bound = wait_for("the 4 workers bound", lambda: len(placed := env.bound()) == 4 and placed, timeout=60)
+    assert sorted(bound.values()) == sorted(nodes)

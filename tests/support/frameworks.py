@@ -7,6 +7,7 @@ RayCluster) do not exist here, and the garbage collector would delete
 pods whose owner is missing."""
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 SCHEDULER_PLUGINS_API = "scheduling.x-k8s.io/v1alpha1"
@@ -66,3 +67,68 @@ def kuberay_volcano_cluster(cluster: str, namespace: str, workers: int, gpus: in
                   {**labels, "ray.io/node-type": "worker", "ray.io/group": "gpu-workers"},
                   {VOLCANO_ANNOTATION: name, "volcano.sh/task-spec": "gpu-workers"}) for i in range(workers)]
     return group, pods
+
+
+AUTO_GANG_LABEL = "scheduling.batchsched.io/auto-gang"
+JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
+JOB_UID_LABEL = "batch.kubernetes.io/controller-uid"
+JOB_INDEX = "batch.kubernetes.io/job-completion-index"
+
+
+def indexed_job(name: str, namespace: str, parallelism: int, gpus: int, completions: int | None = None,
+                auto_gang: str | None = "true", scheduler: str = "batchsched") -> dict:
+    """An Indexed Job whose pods ask batchsched for an automatic gang (the
+    template's auto-gang label; None leaves it out), for the real Job controller."""
+    template = _pod("", namespace, scheduler, gpus, {AUTO_GANG_LABEL: auto_gang} if auto_gang else {}, {})
+    del template["metadata"]["name"], template["metadata"]["namespace"], template["apiVersion"], template["kind"]
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name, "namespace": namespace},
+            "spec": {"completionMode": "Indexed", "parallelism": parallelism,
+                     "completions": parallelism if completions is None else completions,
+                     "backoffLimit": 0, "template": template}}
+
+
+def job_controller_pods(job: dict, uid: str = "job-uid") -> list[dict]:
+    """The pods the Job controller creates for ``job`` (k8s.io/kubernetes
+    pkg/controller/job: both label generations, the completion index as
+    annotation and label, the Job as controller), one per index it starts."""
+    name, namespace = job["metadata"]["name"], job["metadata"]["namespace"]
+    pods = []
+    for index in range(min(job["spec"]["parallelism"], job["spec"]["completions"])):
+        pod = {"apiVersion": "v1", "kind": "Pod", **copy.deepcopy(job["spec"]["template"])}
+        meta = pod["metadata"]
+        meta.update(name=f"{name}-{index}-x{index}", namespace=namespace, uid=f"{uid}-{index}",
+                    creationTimestamp="2024-01-01T00:00:00Z",
+                    ownerReferences=[{"apiVersion": "batch/v1", "kind": "Job", "name": name, "uid": uid,
+                                      "controller": True, "blockOwnerDeletion": True}])
+        meta["labels"] = {**meta.get("labels", {}), JOB_NAME_LABEL: name, JOB_UID_LABEL: uid, "job-name": name,
+                          "controller-uid": uid, JOB_INDEX: str(index)}
+        meta["annotations"] = {**meta.get("annotations", {}), JOB_INDEX: str(index)}
+        pod["spec"]["hostname"] = f"{name}-{index}"
+        pod["status"] = {"phase": "Pending"}
+        pods.append(pod)
+    return pods
+
+
+LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
+LWS_GROUP_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/group-index"
+LWS_SIZE_ANNOTATION = "leaderworkerset.sigs.k8s.io/size"
+
+
+def leader_worker_set_group(lws: str, namespace: str, group: int, size: int, gpus: int,
+                            auto_gang: str | None = "true", scheduler: str = "batchsched") -> list[dict]:
+    """The pods of group ``group`` of LeaderWorkerSet ``lws`` as its controller
+    stamps them (sigs.k8s.io/lws: the leader from the leader StatefulSet, its
+    workers from the group's worker StatefulSet): labels name, group-index,
+    worker-index, group-key, the template's own; annotation size (leader +
+    workers) on every pod, leader-name on the workers."""
+    common = {LWS_NAME_LABEL: lws, LWS_GROUP_INDEX_LABEL: str(group),
+              "leaderworkerset.sigs.k8s.io/group-key": f"{lws}-{group}-key",
+              **({AUTO_GANG_LABEL: auto_gang} if auto_gang else {})}
+    leader = f"{lws}-{group}"
+    pods = [_pod(leader, namespace, scheduler, gpus, {**common, "leaderworkerset.sigs.k8s.io/worker-index": "0"},
+                 {LWS_SIZE_ANNOTATION: str(size)})]
+    pods += [_pod(f"{leader}-{w}", namespace, scheduler, gpus,
+                  {**common, "leaderworkerset.sigs.k8s.io/worker-index": str(w)},
+                  {LWS_SIZE_ANNOTATION: str(size), "leaderworkerset.sigs.k8s.io/leader-name": leader})
+             for w in range(1, size)]
+    return pods

@@ -14,15 +14,28 @@
 * ``kueue``: Kueue's plain-pod groups, no PodGroup object: pod label
   ``kueue.x-k8s.io/pod-group-name``, and every pod's annotation
   ``kueue.x-k8s.io/pod-group-total-count`` is the gang's minMember
-  (``kueue.py``).  Kueue's scheduling gate holds the pods until it admits
-  the group; the gang waits for them as for any gated members.
+  (``stated_size.py``).  Kueue's scheduling gate holds the pods until it
+  admits the group; the gang waits for them as for any gated members.
+* ``leaderworkerset``: an automatic gang, no PodGroup object: the leader and
+  workers of one LeaderWorkerSet group (labels
+  ``leaderworkerset.sigs.k8s.io/name`` and ``group-index``), minMember their
+  annotation ``leaderworkerset.sigs.k8s.io/size`` (``stated_size.py``).
+* ``job``: an automatic gang, no PodGroup object: the pods of one indexed
+  Job (label ``batch.kubernetes.io/job-name``, annotation
+  ``batch.kubernetes.io/job-completion-index``), its size read from the Job
+  itself (``jobs.py``).
+  Automatic gangs are opt-in: per owner by the pod template's label
+  ``scheduling.batchsched.io/auto-gang: "true"``, or for every owner of the
+  kind by config.
 
 A pod that two sources claim belongs to the first in ``PRECEDENCE``: our own
 label is the one written for batchsched alone, then the native
 ``spec.schedulingGroup`` (Kubernetes' own API), then scheduler-plugins' label
 (a label, which kubectl and selectors see), then Volcano's annotation, then
 Kueue's group label (an admission grouping, which a scheduler's PodGroup
-on the same pods refines).
+on the same pods refines), then the automatic gangs: they come from who
+made the pods, which says least about what the user asked, so any explicit
+grouping on the same pods wins.
 
 This module only names things and reads pods; each foreign source's
 PodGroup is read (and its status written) by its own module here.
@@ -39,7 +52,11 @@ NATIVE = "kubernetes"
 SCHEDULER_PLUGINS = "scheduler-plugins"
 VOLCANO = "volcano"
 KUEUE = "kueue"
-PRECEDENCE = (OWN, NATIVE, SCHEDULER_PLUGINS, VOLCANO, KUEUE)
+LEADER_WORKER_SET = "leaderworkerset"
+JOB = "job"
+PRECEDENCE = (OWN, NATIVE, SCHEDULER_PLUGINS, VOLCANO, KUEUE, LEADER_WORKER_SET, JOB)
+# Automatic gangs: formed from the pods' owner, not from an object made to group them.
+AUTOMATIC = frozenset({LEADER_WORKER_SET, JOB})
 
 
 @dataclass(frozen=True)
@@ -50,7 +67,14 @@ class GangSource:
     member_key: str  # the pod label or annotation naming the PodGroup (the spec field, for NATIVE)
     by_annotation: bool  # member_key is an annotation, not a label
     status_subresource: bool  # the CRD serves podgroups/status
-    podgroups: bool = True  # False: no PodGroup object, the pods say all (Kueue)
+    podgroups: bool = True  # False: no PodGroup object (Kueue: the pods say all; Job: its owner does)
+    plural: str = "podgroups"  # the collection that sizes the gang
+    kind: str = "PodGroup"
+    # Set: the gang is the owner's name (member_key), "-", this label's value (a LeaderWorkerSet's group).
+    index_label: str = ""
+    # Set: every pod states the gang's size in this annotation (stated_size.py), as in a ``group_words``.
+    size_annotation: str = ""
+    group_words: str = ""
 
     @property
     def api_version(self) -> str:
@@ -58,8 +82,8 @@ class GangSource:
 
     @property
     def path(self) -> str:
-        """The PodGroups of every namespace."""
-        return f"/apis/{self.api_version}/podgroups"
+        """The objects of every namespace that size the gangs (PodGroups, or Jobs)."""
+        return f"/apis/{self.api_version}/{self.plural}"
 
     def object_path(self, namespace: str, name: str) -> str:
         """Where its status is written: the status subresource, else the object itself."""
@@ -70,6 +94,8 @@ class GangSource:
         """What makes a pod a member, in words."""
         if self.name == NATIVE:
             return f"{self.member_key}: {group}"
+        if self.index_label:
+            return f"labels {self.member_key} and {self.index_label} of group {group}"
         return f"{'annotation' if self.by_annotation else 'label'} {self.member_key}={group}"
 
 
@@ -81,38 +107,73 @@ SOURCES: Mapping[str, GangSource] = {
     # Volcano's CRD has no status subresource: its scheduler updates the whole object.
     VOLCANO: GangSource(VOLCANO, "scheduling.volcano.sh", "v1beta1", "scheduling.k8s.io/group-name", True, False),
     KUEUE: GangSource(KUEUE, "kueue.x-k8s.io", "v1beta2", "kueue.x-k8s.io/pod-group-name", False, False,
-                      podgroups=False),
+                      podgroups=False, size_annotation="kueue.x-k8s.io/pod-group-total-count",
+                      group_words="Kueue pod group"),
+    LEADER_WORKER_SET: GangSource(LEADER_WORKER_SET, "leaderworkerset.x-k8s.io", "v1",
+                                  "leaderworkerset.sigs.k8s.io/name", False, False, podgroups=False,
+                                  plural="leaderworkersets", kind="LeaderWorkerSet",
+                                  index_label="leaderworkerset.sigs.k8s.io/group-index",
+                                  size_annotation="leaderworkerset.sigs.k8s.io/size",
+                                  group_words="LeaderWorkerSet group"),
+    # The Job controller's label; a Job has no status of ours to write.
+    JOB: GangSource(JOB, "batch", "v1", "batch.kubernetes.io/job-name", False, False, podgroups=False,
+                    plural="jobs", kind="Job"),
 }
 
 # Longer values cannot be an object name: such a pod is not in any gang of that source.
 MAX_GROUP_NAME = 253
-# Kueue's plain-pod groups state their size on every pod (kueue.py).
-TOTAL_COUNT_ANNOTATION = "kueue.x-k8s.io/pod-group-total-count"
-MAX_TOTAL_COUNT = 100_000  # as our PodGroup's minMember
+# The most pods a gang states on its pods (stated_size.py), as our PodGroup's minMember.
+MAX_TOTAL_COUNT = 100_000
+# The Job controller writes it on the pods of Indexed Jobs only: a NonIndexed
+# Job's pods are interchangeable and each may run alone.
+JOB_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
+# On a pod (its owner's template): "true" asks an automatic gang, "false" refuses one.
+AUTO_GANG_LABEL = f"{constants.GROUP}/auto-gang"
 
 
-def total_count(annotations: Mapping[str, str]) -> int:
-    """A Kueue pod's stated group size; 0 when absent or not a count (digits, 1 to MAX_TOTAL_COUNT)."""
-    value = annotations.get(TOTAL_COUNT_ANNOTATION)
+def stated_count(source: str, annotations: Mapping[str, str]) -> int:
+    """The gang size a pod states for ``source`` (Kueue's, a LeaderWorkerSet's);
+    0 when it states none or not a count (digits, 1 to MAX_TOTAL_COUNT)."""
+    if not SOURCES[source].size_annotation:
+        return 0
+    value = annotations.get(SOURCES[source].size_annotation)
     if not isinstance(value, str) or not value.isdigit() or len(value) > 6:
         return 0
     count = int(value)
     return count if 1 <= count <= MAX_TOTAL_COUNT else 0
 
 
+def auto_gang_wanted(source: str, labels: Mapping[str, str], annotations: Mapping[str, str],
+                     always: frozenset[str]) -> bool:
+    """Whether the pod joins its owner's automatic gang: its owner is of the
+    kind (an indexed Job), and it asks for one, or the config makes every such
+    owner a gang (``always``) and it does not refuse."""
+    if source == JOB and JOB_INDEX_ANNOTATION not in annotations:
+        return False
+    wanted = labels.get(AUTO_GANG_LABEL)
+    return wanted == "true" or (source in always and wanted != "false")
+
+
 def pod_group(labels: Mapping[str, str], annotations: Mapping[str, str],
-              enabled: frozenset[str] = frozenset({OWN}), scheduling_group: object = "") -> tuple[str, str]:
+              enabled: frozenset[str] = frozenset({OWN}), auto_always: frozenset[str] = frozenset(),
+              scheduling_group: object = "") -> tuple[str, str]:
     """(source, PodGroup name) of the first enabled source claiming the pod,
-    ("", "") when none does; ``scheduling_group``: the pod's
-    ``spec.schedulingGroup.podGroupName``."""
+    ("", "") when none does.  ``auto_always``: the automatic sources every
+    owner of whose kind is a gang (else only those whose pods ask);
+    ``scheduling_group``: the pod's ``spec.schedulingGroup.podGroupName``."""
     for name in PRECEDENCE:
         if name not in enabled:
+            continue
+        if name in AUTOMATIC and not auto_gang_wanted(name, labels, annotations, auto_always):
             continue
         source = SOURCES[name]
         if name == NATIVE:
             value = scheduling_group
         else:
             value = (annotations if source.by_annotation else labels).get(source.member_key)
+        if source.index_label:
+            index = labels.get(source.index_label)
+            value = f"{value}-{index}" if value and isinstance(index, str) and index.isdigit() else None
         if isinstance(value, str) and value and len(value) <= MAX_GROUP_NAME:
             return name, value
     return "", ""

@@ -1,0 +1,39 @@
+"""Indexed Jobs as automatic gangs (docs/integrations.md): no PodGroup; the
+Job controller labels each pod ``batch.kubernetes.io/job-name`` and gives it
+the annotation ``batch.kubernetes.io/job-completion-index``, but no pod says
+how many run at once, so the gang's size is read from the Job itself.
+
+minMember is how many pods the Job runs at once: ``parallelism``, never more
+than the completions still to make.  A Job that has finished some indexes
+runs fewer pods, and a replacement for a failed index must not wait for
+pods that will never come back."""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from batchsched.core.gangsources import JOB, MAX_TOTAL_COUNT
+from batchsched.core.model import GroupSpec, parse_time
+
+
+def group_from_json(obj: Mapping[str, Any]) -> GroupSpec | None:
+    """The gang of an Indexed Job; None for any other Job (its pods are
+    interchangeable: each may run alone)."""
+    meta = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    if spec.get("completionMode") != "Indexed":
+        return None
+    parallelism = _count(spec.get("parallelism"), default=1)
+    completions = _count(spec.get("completions"), default=parallelism)
+    left = completions - _count((obj.get("status") or {}).get("succeeded"), default=0)
+    return GroupSpec(
+        namespace=str(meta.get("namespace", "")),
+        name=str(meta.get("name", "")),
+        min_member=min(MAX_TOTAL_COUNT, max(1, min(parallelism, left))),
+        source=JOB,
+        created=parse_time(meta.get("creationTimestamp")),
+    )
+
+
+def _count(value: Any, default: int) -> int:
+    """A count the API server validated (an int32 >= 0); ``default`` when left out."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else default
