@@ -410,10 +410,12 @@ def _refresh_reservation(snapshot: Snapshot, gangs: Mapping[str, Gang], queue: G
 
 
 def _waits_for_queue(book: QueueBook, gang: Gang) -> bool:
-    """Its queue cannot take its quorum now (or asking raised: its own
-    attempt reports that as InternalError)."""
+    """Its queue cannot take its quorum now, or would go beyond its fair
+    share with it: room reserved for a borrower would be taken back by
+    reclaim, over and over (or asking raised: its own attempt reports that
+    as InternalError)."""
     try:
-        return isinstance(book.admission(gang), str)
+        return isinstance(book.admission(gang), str) or not book.within_fair_share(gang)
     except Exception:  # noqa: BLE001 - the gang's attempt reports it; the reservation goes on
         return True
 

@@ -86,9 +86,9 @@ class CountOnlyScheduler:
         return [g for g in GangIndex(cluster.snapshot(now)).pending() if g.eligible]
 
     def _try(self, cluster: SimCluster, gang: Gang, trial: _Trial, plan: CyclePlan,
-             admits: Callable[[int], bool] = lambda gpus: True) -> int:
+             admits: Callable[[int], bool] = lambda gpus: True) -> int | None:
         """Place what fits of the gang, if ``admits`` the GPUs that takes;
-        the GPUs placed."""
+        the GPUs placed (None: not placed)."""
         if self.gangs:
             placed = self._place(gang.pending, trial)
             gpus = sum(pod.requests.get(constants.GPU_RESOURCE, 0) for pod, _, _ in placed)
@@ -97,12 +97,12 @@ class CountOnlyScheduler:
                 plan.bindings.extend(_binding(cluster, gang, *p) for p in placed)
                 return gpus
             trial.discard()
-            return 0
+            return None
         for pod in gang.pending:
             placed = self._place([pod], trial)
             trial.commit()
             plan.bindings.extend(_binding(cluster, gang, *p) for p in placed)
-        return 0  # spread admits no quota
+        return None  # pods one by one: no gang placed as one
 
     def _place(self, pods: Sequence[PodInfo], trial: _Trial) -> list[tuple[PodInfo, str, tuple[int, ...]]]:
         """Place pods one by one on the trial's free maps, as many as fit."""
@@ -147,35 +147,51 @@ class ProportionScheduler(CountOnlyScheduler):
     def cycle(self, cluster: SimCluster, now: float) -> CyclePlan:
         cluster.drain_changes()
         queues = cluster.queues
-        queue_of = {key: group.queue or self.default_queue for key, group in cluster.groups.items()}
         held: dict[str, int] = {}
         for pod in cluster.pods.values():
             if pod.holds_resources:
-                self._charge(queues, held, queue_of.get(pod.gang_key, self.default_queue),
+                self._charge(queues, held, self._queue_of(cluster, pod.gang_key),
                              pod.requests.get(constants.GPU_RESOURCE, 0))
         gangs = self._pending(cluster, now)
         trial = _Trial(cluster)
         plan = CyclePlan()
 
         def within_guaranteed(gang: Gang) -> bool:
-            name = queue_of.get(gang.key, self.default_queue)
+            name = self._queue_of(cluster, gang.key)
             return held.get(name, 0) + _minimum_gpus(gang) <= _gpu_quota(queues, name, "guaranteed")
 
         def below_guaranteed(gang: Gang) -> float:  # lowest first: the queue furthest below its guaranteed
-            name = queue_of.get(gang.key, self.default_queue)
+            name = self._queue_of(cluster, gang.key)
             return held.get(name, 0) / max(1, _gpu_quota(queues, name, "guaranteed"))
 
         guaranteed = sorted((g for g in gangs if within_guaranteed(g)),
                             key=lambda g: (below_guaranteed(g), -g.priority, g.created, g.key))
+        refused = [g for g in guaranteed if not self._admit(cluster, g, trial, plan, held, "guaranteed")]
         first = {g.key for g in guaranteed}
-        borrowing = sorted((g for g in gangs if g.key not in first), key=lambda g: (-g.priority, g.created, g.key))
-        for gang, ceiling in [(g, "guaranteed") for g in guaranteed] + [(g, "limit") for g in borrowing]:
-            name = queue_of.get(gang.key, self.default_queue)
-            chain = [name] + ([queues[name].parent] if name in queues and queues[name].parent in queues else [])
-            gpus = self._try(cluster, gang, trial, plan, admits=lambda gpus: all(
-                held.get(q, 0) + gpus <= _gpu_quota(queues, q, ceiling) for q in chain))
-            self._charge(queues, held, name, gpus)
+        # then, borrowing: the rest, and those the gangs before them left beyond guaranteed
+        borrowing = sorted([g for g in gangs if g.key not in first] + refused,
+                           key=lambda g: (-g.priority, g.created, g.key))
+        for gang in borrowing:
+            self._admit(cluster, gang, trial, plan, held, "limit")
         return plan
+
+    def _admit(self, cluster: SimCluster, gang: Gang, trial: _Trial, plan: CyclePlan, held: dict[str, int],
+               ceiling: str) -> bool:
+        """Place the gang if its queue (and parent) stay within ``ceiling``
+        (guaranteed or limit) of GPUs with it; whether it was placed."""
+        queues = cluster.queues
+        name = self._queue_of(cluster, gang.key)
+        chain = [name] + ([queues[name].parent] if name in queues and queues[name].parent in queues else [])
+        gpus = self._try(cluster, gang, trial, plan, admits=lambda gpus: all(
+            held.get(q, 0) + gpus <= _gpu_quota(queues, q, ceiling) for q in chain))
+        if gpus is None:
+            return False
+        self._charge(queues, held, name, gpus)
+        return True
+
+    def _queue_of(self, cluster: SimCluster, gang_key: str) -> str:
+        group = cluster.groups.get(gang_key)  # a lone pod has none: the default queue
+        return group.queue or self.default_queue if group is not None else self.default_queue
 
     @staticmethod
     def _charge(queues: Mapping[str, QueueInfo], held: dict[str, int], name: str, gpus: int) -> None:

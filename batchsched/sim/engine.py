@@ -450,12 +450,12 @@ class Simulation:
                                           binding.claim))
         for nomination in plan.nominations:
             self.cluster.nominate(nomination.pod.uid, nomination.node_name)
-        evicted = ([(e.pod, e.reclaim) for e in plan.evictions]
-                   + [(p, False) for reset in plan.resets for p in reset.pods])
-        for victim, reclaim in evicted:  # a gang started over loses its bound members as a victim does
+        evicted = ([(e.pod, e.preemptor, e.reclaim) for e in plan.evictions]
+                   + [(p, "", False) for reset in plan.resets for p in reset.pods])
+        for victim, preemptor, reclaim in evicted:  # a gang started over loses its bound members as a victim does
             pod = self.cluster.terminate(victim.uid)
             run = self.by_pod[pod.uid]
-            self.recorder.evicted(run.job, reclaim)
+            self.recorder.evicted(run.job, self.now, preemptor, reclaim)
             if run.running and self._bound_members(run) < run.job.min_member:
                 self._stop(run)
             self._push(self.now + self.options.grace_seconds, _GONE, pod.uid)

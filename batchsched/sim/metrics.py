@@ -126,7 +126,10 @@ class QueueFigures:
     guaranteed_unstarted: int = 0  # guaranteed requests never started
     reclaim_evictions: int = 0
     priority_evictions: int = 0
-    evictions_by_job: dict[str, int] = field(default_factory=dict)
+    # per job, the times it lost pods (several pods at once: once)
+    evicted_at: dict[str, list[float]] = field(default_factory=dict)
+    # (queue evicting, queue evicted) -> pods: reclaim both ways between two queues would be ping-pong
+    reclaimed: dict[tuple[str, str], int] = field(default_factory=dict)
 
 
 class QueueTracker:
@@ -166,12 +169,17 @@ class QueueTracker:
         if job.key in self._requested:
             self.figures.guaranteed_waits.append(t - self._requested.pop(job.key))
 
-    def evicted(self, job: Job, reclaim: bool) -> None:
+    def evicted(self, job: Job, t: float, preemptor: str, reclaim: bool) -> None:
+        f = self.figures
         if reclaim:
-            self.figures.reclaim_evictions += 1
+            f.reclaim_evictions += 1
+            pair = (self.queue_of.get(preemptor, ""), self.queue_of[job.key])
+            f.reclaimed[pair] = f.reclaimed.get(pair, 0) + 1
         else:
-            self.figures.priority_evictions += 1
-        self.figures.evictions_by_job[job.key] = self.figures.evictions_by_job.get(job.key, 0) + 1
+            f.priority_evictions += 1
+        times = f.evicted_at.setdefault(job.key, [])
+        if not times or times[-1] != t:
+            times.append(t)
 
     def observe(self, t: float) -> None:
         """Account the time since the last observation, then take this one."""
@@ -306,9 +314,10 @@ class Recorder:
             self.queues.finished(job)
         self.result_.jobs_finished += 1
 
-    def evicted(self, job: Job, reclaim: bool = False) -> None:
+    def evicted(self, job: Job, t: float, preemptor: str = "", reclaim: bool = False) -> None:
+        """``preemptor``: the key of the job the eviction makes room for ("": a gang started over)."""
         if self.queues is not None:
-            self.queues.evicted(job, reclaim)
+            self.queues.evicted(job, t, preemptor, reclaim)
         self.result_.evicted_pods += 1
         self._preempted.add(job.key)
 

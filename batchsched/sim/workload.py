@@ -191,8 +191,9 @@ def _queues(top: Record) -> dict[str, QueueInfo]:
         try:
             queues[name] = queue_from_json({"metadata": {"name": name}, "spec": spec})
         except ValueError as exc:
-            raise InputError(f"{record.source}: line {record.line}: {record.where}: queue {name}: "
-                             f"{' '.join(str(exc).split())}") from None
+            # the Queue's spec.FIELD is this entry's FIELD
+            problem = " ".join(str(exc).split()).replace("spec.", f"{record.where}.")
+            raise InputError(f"{record.source}: line {record.line}: queue {name}: {problem}") from None
     for record in records:  # parents may come later in the file
         queue = queues[record.text("name")]
         if not queue.parent:
