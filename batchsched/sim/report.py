@@ -60,8 +60,9 @@ def _guaranteed_waits(r: SimResult) -> str:
 
 # shown only where the workload has queues (docs/simulator.md, "Queues")
 QUEUE_ROWS: list[tuple[str, Callable[[SimResult], str]]] = [
-    ("queue share error (mean abs)", lambda r: f"{100 * r.queues.share_error:.1f}%"),
-    ("Jain's index (time mean)", lambda r: f"{r.queues.jain:.3f}"),
+    ("queue share error (mean abs)",
+     lambda r: "-" if math.isnan(r.queues.share_error) else f"{100 * r.queues.share_error:.1f}%"),
+    ("Jain's index (time mean)", lambda r: "-" if math.isnan(r.queues.jain) else f"{r.queues.jain:.3f}"),
     ("guaranteed request to start p50 / p90", _guaranteed_waits),
     ("evictions: reclaim / priority", lambda r: f"{r.queues.reclaim_evictions} / {r.queues.priority_evictions}"),
 ]
