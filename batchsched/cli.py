@@ -169,7 +169,8 @@ def build_parser(prog: str = "batchsched") -> argparse.ArgumentParser:
     p_sim.add_argument("--config", type=Path, metavar="FILE",
                        help="batchsched's scheduler config (default: the simulator's, preemption on)")
     p_sim.add_argument("--policies", default="batchsched,spread,binpack,random",
-                       help="comma separated, run side by side (default: %(default)s)")
+                       help="comma separated, run side by side (default: %(default)s; also: proportion, "
+                            "quota admission for workloads with queues)")
     p_sim.add_argument("--plot", type=Path, metavar="DIR", help="write PNG charts there (needs matplotlib)")
     p_sim.add_argument("--seed", type=int, default=1, help="for drawn workloads, sampling and random GPU ids")
     p_sim.add_argument("--max-pods", type=int, metavar="N",

@@ -86,6 +86,7 @@ class Verdict:
 class Eviction:
     pod: PodInfo
     preemptor: str  # gang key
+    reclaim: bool = False  # for the preemptor's queue taking back room it lent, not by priority
 
 
 @dataclass(frozen=True)
@@ -350,7 +351,7 @@ def _preempt(snapshot: Snapshot, gangs: Mapping[str, Gang], gang: Gang, policy: 
     if too_much:
         return f"Gang {gang.key}: {too_much}."
     evicting.update(p.uid for p in outcome.victims)
-    plan.evictions.extend(Eviction(p, gang.key) for p in outcome.victims)
+    plan.evictions.extend(Eviction(p, gang.key, reclaim is not None) for p in outcome.victims)
     plan.nominations.extend(Nomination(pod, node) for pod, node in outcome.nominations)
     # The nominated room is the preemptor's from now on, in this cycle too.
     nominated: dict[str, Resources] = {}
@@ -409,10 +410,12 @@ def _refresh_reservation(snapshot: Snapshot, gangs: Mapping[str, Gang], queue: G
 
 
 def _waits_for_queue(book: QueueBook, gang: Gang) -> bool:
-    """Its queue cannot take its quorum now (or asking raised: its own
-    attempt reports that as InternalError)."""
+    """Its queue cannot take its quorum now, or would go beyond its fair
+    share with it: room reserved for a borrower would be taken back by
+    reclaim, over and over (or asking raised: its own attempt reports that
+    as InternalError)."""
     try:
-        return isinstance(book.admission(gang), str)
+        return isinstance(book.admission(gang), str) or not book.within_fair_share(gang)
     except Exception:  # noqa: BLE001 - the gang's attempt reports it; the reservation goes on
         return True
 

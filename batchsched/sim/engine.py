@@ -35,7 +35,7 @@ import heapq
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Iterable, Protocol
+from typing import Iterable, Mapping, Protocol
 
 from batchsched.api import constants
 from batchsched.core import resources as res
@@ -269,8 +269,13 @@ class _Event:
 class Simulation:
     def __init__(self, nodes: dict[str, NodeInfo], jobs: list[Job], policy: Policy,
                  options: SimOptions = SimOptions(), scheduler_name: str = constants.DEFAULT_SCHEDULER_NAME,
-                 dra: DraObjects = DraObjects()):
+                 dra: DraObjects = DraObjects(), queues: Mapping[str, QueueInfo] | None = None,
+                 default_queue: str = "default"):
+        """``queues``: the Queue objects (docs/queues.md), which also turn on
+        the fairness figures; ``default_queue``: the scheduler's, for jobs
+        naming none."""
         self.cluster = SimCluster(nodes, scheduler_name, dra)
+        self.cluster.queues = dict(queues or {})
         self.policy = policy
         self.options = options
         self.runs = {job.key: _JobRun(job, [], [], job.duration) for job in jobs}
@@ -279,7 +284,7 @@ class Simulation:
         self.total_pods = sum(job.pods for job in jobs)
         self.placed: set[tuple[str, int]] = set()  # (job, pod index) bound at least once
         self.now = min((j.arrival for j in jobs), default=0.0)
-        self.recorder = Recorder(self.cluster, jobs, policy.name)
+        self.recorder = Recorder(self.cluster, jobs, policy.name, default_queue)
         self._events: list[_Event] = []
         self._seq = 0
         for job in jobs:
@@ -365,6 +370,7 @@ class Simulation:
         if job.has_pod_group:
             # a PodGroup naming a PriorityClass gets its value, as the shell's cache resolves it
             self.cluster.add_group(pod_group_object(job), job.priority if job.priority_class else None)
+        self.recorder.arrived(job, self.now)
         for index in range(job.pods):
             run.incarnations.append(0)
             run.members.append(self._create_pod(run, index))
@@ -382,6 +388,7 @@ class Simulation:
     def _hold(self, run: _JobRun, gpus: int) -> None:
         """The job's bound pods hold ``gpus`` more (or fewer) GPUs."""
         run.held_gpus += gpus
+        self.recorder.holds(run.job, gpus)
         if run.running:
             self.busy_gpus += gpus
 
@@ -414,8 +421,9 @@ class Simulation:
 
     def _finish(self, run: _JobRun) -> None:
         self._run_from(run, None)
+        self.recorder.holds(run.job, -run.held_gpus)
         run.held_gpus = 0
-        self.recorder.finished()
+        self.recorder.finished(run.job)
         for uid in run.members:
             if uid in self.cluster.pods:
                 self.cluster.delete(uid)
@@ -442,11 +450,12 @@ class Simulation:
                                           binding.claim))
         for nomination in plan.nominations:
             self.cluster.nominate(nomination.pod.uid, nomination.node_name)
-        evicted = [e.pod for e in plan.evictions] + [p for reset in plan.resets for p in reset.pods]
-        for victim in evicted:  # a gang started over loses its bound members as a victim does
+        evicted = ([(e.pod, e.preemptor, e.reclaim) for e in plan.evictions]
+                   + [(p, "", False) for reset in plan.resets for p in reset.pods])
+        for victim, preemptor, reclaim in evicted:  # a gang started over loses its bound members as a victim does
             pod = self.cluster.terminate(victim.uid)
             run = self.by_pod[pod.uid]
-            self.recorder.evicted(run.job)
+            self.recorder.evicted(run.job, self.now, preemptor, reclaim)
             if run.running and self._bound_members(run) < run.job.min_member:
                 self._stop(run)
             self._push(self.now + self.options.grace_seconds, _GONE, pod.uid)
@@ -454,5 +463,6 @@ class Simulation:
 
 def simulate(nodes: dict[str, NodeInfo], jobs: list[Job], policy: Policy, options: SimOptions = SimOptions(),
              scheduler_name: str = constants.DEFAULT_SCHEDULER_NAME, dra: DraObjects = DraObjects(),
-             progress: TerminalProgress | None = None) -> SimResult:
-    return Simulation(nodes, jobs, policy, options, scheduler_name, dra).run(progress=progress)
+             progress: TerminalProgress | None = None, queues: Mapping[str, QueueInfo] | None = None,
+             default_queue: str = "default") -> SimResult:
+    return Simulation(nodes, jobs, policy, options, scheduler_name, dra, queues, default_queue).run(progress=progress)

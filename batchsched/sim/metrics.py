@@ -20,16 +20,36 @@
   while another gang waited with a pod asking no more GPUs than one of
   those nodes had free: room the reservation kept from a gang that could
   have used it (by GPU count).
+
+With queues (a workload file's ``queues``), per queue that jobs name, over
+the whole run (docs/simulator.md, "Queues"):
+
+* **share**: the GPUs its jobs' pods hold (terminating ones until gone),
+  over all GPUs; its **fair share** is the core's
+  (``batchsched.core.queues.share.fair_shares``) over GPUs, from what each
+  queue holds plus what its waiting pods ask;
+* **share error**: the time mean of |share - fair share|, over the queues
+  that hold or ask for GPUs at the time;
+* **Jain's index**: (sum x)^2 / (n sum x^2) with x = held / fair share over
+  the queues with a fair share above 0, time mean (1: each at its share);
+* **guaranteed request to start**: for a gang arriving while its queue
+  holds at most its ``guaranteed`` GPUs less the gang's minimum, from its
+  arrival to its start (with borrowed GPUs to take back: the reclaim latency);
+* **evictions by reclaim, by priority**: pods evicted for a queue taking
+  back room it lent, and by priority preemption.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Sequence
+from fractions import Fraction
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 from batchsched.api import constants
 from batchsched.core.model import NodeInfo, PodInfo
 from batchsched.core.queueing.queue import Reservation
+from batchsched.core.queues.model import QueueInfo
+from batchsched.core.queues.share import fair_shares
 from batchsched.core.topology.accounting import topology_of
 from batchsched.core.topology.alignment import is_aligned
 
@@ -74,6 +94,7 @@ class SimResult:
     series: list[tuple[float, int, int, int]] = field(default_factory=list)  # (t, allocated, busy, stranded)
     node_names: list[str] = field(default_factory=list)
     occupancy: list[tuple[float, list[int]]] = field(default_factory=list)  # (t, GPUs held per node)
+    queues: QueueFigures | None = None  # with queues only
 
     @property
     def jobs_started(self) -> int:
@@ -85,6 +106,122 @@ class SimResult:
     @property
     def aligned_share(self) -> float:
         return self.aligned_pods / self.multi_gpu_pods if self.multi_gpu_pods else math.nan
+
+
+def jain_index(values: Sequence[float]) -> float:
+    """Jain's fairness index: 1 when all are equal, 1/n when one has all; NaN for none or all 0."""
+    squares = sum(v * v for v in values)
+    return sum(values) ** 2 / (len(values) * squares) if squares else math.nan
+
+
+@dataclass
+class QueueFigures:
+    """The fairness figures of a run with queues (module docstring)."""
+
+    share: dict[str, float] = field(default_factory=dict)  # time mean of held / all GPUs, by queue
+    fair_share: dict[str, float] = field(default_factory=dict)  # time mean of fair share / all GPUs
+    share_error: float = math.nan
+    jain: float = math.nan
+    guaranteed_waits: list[float] = field(default_factory=list)  # guaranteed request to start, per started gang
+    guaranteed_unstarted: int = 0  # guaranteed requests never started
+    reclaim_evictions: int = 0
+    priority_evictions: int = 0
+    # per job, the times it lost pods (several pods at once: once)
+    evicted_at: dict[str, list[float]] = field(default_factory=dict)
+    # (queue evicting, queue evicted) -> pods: reclaim both ways between two queues would be ping-pong
+    reclaimed: dict[tuple[str, str], int] = field(default_factory=dict)
+
+
+class QueueTracker:
+    """What each queue holds and asks over a run, against its fair share."""
+
+    def __init__(self, queues: Mapping[str, QueueInfo], jobs: Sequence[Job], default_queue: str, total_gpus: int):
+        self.queues, self.total = queues, total_gpus
+        self.queue_of = {job.key: job.queue or default_queue for job in jobs}
+        self.tenants = sorted(set(self.queue_of.values()))
+        self.held = {name: 0 for name in self.tenants}
+        self.asked = {name: 0 for name in self.tenants}
+        self.figures = QueueFigures()
+        self._requested: dict[str, float] = {}  # job -> arrival, for guaranteed requests
+        self._last: tuple[float, dict[str, float], dict[str, float]] | None = None  # t, held, fair
+        self._area = {"error": 0.0, "error_time": 0.0, "jain": 0.0, "jain_time": 0.0, "time": 0.0}
+        self._share_area = {name: 0.0 for name in self.tenants}
+        self._fair_area = {name: 0.0 for name in self.tenants}
+
+    def guaranteed(self, name: str) -> int:
+        queue = self.queues.get(name)
+        quota = queue.quotas.get(constants.GPU_RESOURCE) if queue is not None else None
+        return (quota.guaranteed or 0) if quota is not None else 0
+
+    def arrived(self, job: Job, t: float) -> None:
+        name = self.queue_of[job.key]
+        self.asked[name] += job.pods * job.gpus
+        if job.gpus and self.held[name] + job.min_member * job.gpus <= self.guaranteed(name):
+            self._requested[job.key] = t
+
+    def holds(self, job: Job, gpus: int) -> None:
+        self.held[self.queue_of[job.key]] += gpus
+
+    def finished(self, job: Job) -> None:
+        self.asked[self.queue_of[job.key]] -= job.pods * job.gpus
+
+    def started(self, job: Job, t: float) -> None:
+        if job.key in self._requested:
+            self.figures.guaranteed_waits.append(t - self._requested.pop(job.key))
+
+    def evicted(self, job: Job, t: float, preemptor: str, reclaim: bool) -> None:
+        f = self.figures
+        if reclaim:
+            f.reclaim_evictions += 1
+            pair = (self.queue_of.get(preemptor, ""), self.queue_of[job.key])
+            f.reclaimed[pair] = f.reclaimed.get(pair, 0) + 1
+        else:
+            f.priority_evictions += 1
+        times = f.evicted_at.setdefault(job.key, [])
+        if not times or times[-1] != t:
+            times.append(t)
+
+    def observe(self, t: float) -> None:
+        """Account the time since the last observation, then take this one."""
+        self._account(t)
+        if not self.total:
+            return
+        # What each queue asks: its pods' GPUs, bound or pending (an evicted
+        # pod's replacement is created only once it is gone, so never twice).
+        fair = fair_shares(self.queues, {n: {constants.GPU_RESOURCE: a} for n, a in self.asked.items()},
+                           {constants.GPU_RESOURCE: self.total})
+        self._last = (t, dict(self.held),
+                      {n: float(fair[n].get(constants.GPU_RESOURCE, Fraction(0))) for n in self.tenants})
+
+    def _account(self, t: float) -> None:
+        if self._last is None or t <= self._last[0]:
+            return
+        since, held, fair = self._last
+        span = t - since
+        self._area["time"] += span
+        for name in self.tenants:
+            self._share_area[name] += span * held[name] / self.total
+            self._fair_area[name] += span * fair[name] / self.total
+        active = [n for n in self.tenants if held[n] or fair[n]]
+        if active:
+            error = sum(abs(held[n] - fair[n]) for n in active) / (len(active) * self.total)
+            self._area["error"] += span * error
+            self._area["error_time"] += span
+        jain = jain_index([held[n] / fair[n] for n in self.tenants if fair[n] > 0])
+        if not math.isnan(jain):
+            self._area["jain"] += span * jain
+            self._area["jain_time"] += span
+
+    def result(self, end: float) -> QueueFigures:
+        self._account(end)
+        f, area = self.figures, self._area
+        if area["time"]:
+            f.share = {n: a / area["time"] for n, a in self._share_area.items()}
+            f.fair_share = {n: a / area["time"] for n, a in self._fair_area.items()}
+        f.share_error = area["error"] / area["error_time"] if area["error_time"] else math.nan
+        f.jain = area["jain"] / area["jain_time"] if area["jain_time"] else math.nan
+        f.guaranteed_unstarted = len(self._requested)
+        return f
 
 
 def window_mean(series: Sequence[tuple[float, ...]], column: int, start: float, end: float) -> float:
@@ -101,8 +238,10 @@ def window_mean(series: Sequence[tuple[float, ...]], column: int, start: float, 
 
 
 class Recorder:
-    def __init__(self, cluster: SimCluster, jobs: Sequence[Job], policy: str):
+    def __init__(self, cluster: SimCluster, jobs: Sequence[Job], policy: str, default_queue: str = "default"):
         self.cluster = cluster
+        self.queues = (QueueTracker(cluster.queues, jobs, default_queue, cluster.total_gpus)
+                       if cluster.queues else None)
         arrivals = [j.arrival for j in jobs]
         self.result_ = SimResult(policy=policy, gpus=cluster.total_gpus, dra_gpus=cluster.dra_gpus, jobs=len(jobs),
                                  pods=sum(j.pods for j in jobs),
@@ -121,6 +260,8 @@ class Recorder:
 
     def observe(self, t: float, busy_gpus: int) -> None:
         self._count_reserved_idle(t)
+        if self.queues is not None:
+            self.queues.observe(t)
         row = (t, self.cluster.allocated_gpus, busy_gpus, self.cluster.stranded)
         series = self.result_.series
         if series and series[-1][0] == t:
@@ -153,14 +294,30 @@ class Recorder:
         if topology is not None and pod.gpu_ids and is_aligned(topology, pod.gpu_ids):
             self.result_.aligned_pods += 1
 
+    def arrived(self, job: Job, t: float) -> None:
+        if self.queues is not None:
+            self.queues.arrived(job, t)
+
+    def holds(self, job: Job, gpus: int) -> None:
+        """The job's bound pods hold ``gpus`` more (or fewer) GPUs."""
+        if self.queues is not None:
+            self.queues.holds(job, gpus)
+
     def started(self, job: Job, t: float) -> None:
+        if self.queues is not None:
+            self.queues.started(job, t)
         self.result_.waits.append(t - job.arrival)
         self.result_.waits_by_priority.setdefault(job.priority, []).append(t - job.arrival)
 
-    def finished(self) -> None:
+    def finished(self, job: Job) -> None:
+        if self.queues is not None:
+            self.queues.finished(job)
         self.result_.jobs_finished += 1
 
-    def evicted(self, job: Job) -> None:
+    def evicted(self, job: Job, t: float, preemptor: str = "", reclaim: bool = False) -> None:
+        """``preemptor``: the key of the job the eviction makes room for ("": a gang started over)."""
+        if self.queues is not None:
+            self.queues.evicted(job, t, preemptor, reclaim)
         self.result_.evicted_pods += 1
         self._preempted.add(job.key)
 
@@ -184,4 +341,6 @@ class Recorder:
         r.allocated_mean = window_mean(r.series, 1, start, stop)
         r.held_idle_mean = r.allocated_mean - window_mean(r.series, 2, start, stop)
         r.stranded_mean = window_mean(r.series, 3, start, stop)
+        if self.queues is not None:
+            r.queues = self.queues.result(end)
         return r

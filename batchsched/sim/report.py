@@ -51,11 +51,35 @@ ROWS: list[tuple[str, Callable[[SimResult], str]]] = [
 DRA_ROW = ("pods bound with DRA claims", lambda r: str(r.pods_with_claims))
 
 
+def _guaranteed_waits(r: SimResult) -> str:
+    q = r.queues
+    waits = " / ".join(duration(percentile(q.guaranteed_waits, p)) for p in (50, 90))
+    unstarted = f", {q.guaranteed_unstarted} never" if q.guaranteed_unstarted else ""
+    return f"{waits} ({len(q.guaranteed_waits)}{unstarted})"
+
+
+# shown only where the workload has queues (docs/simulator.md, "Queues")
+QUEUE_ROWS: list[tuple[str, Callable[[SimResult], str]]] = [
+    ("queue share error (mean abs)",
+     lambda r: "-" if math.isnan(r.queues.share_error) else f"{100 * r.queues.share_error:.1f}%"),
+    ("Jain's index (time mean)", lambda r: "-" if math.isnan(r.queues.jain) else f"{r.queues.jain:.3f}"),
+    ("guaranteed request to start p50 / p90", _guaranteed_waits),
+    ("evictions: reclaim / priority", lambda r: f"{r.queues.reclaim_evictions} / {r.queues.priority_evictions}"),
+]
+
+
+def _queue_share(name: str) -> Callable[[SimResult], str]:
+    return lambda r: (f"{100 * r.queues.share.get(name, 0):.1f}% / {100 * r.queues.fair_share.get(name, 0):.1f}%")
+
+
 def summary(results: list[SimResult]) -> str:
     """A table: one row per figure, one column per policy; waits also per
     job priority when there are several."""
     header = [""] + [r.policy for r in results]
     shown = ROWS + [DRA_ROW] if any(r.dra_gpus for r in results) else ROWS
+    if all(r.queues is not None for r in results):
+        tenants = sorted({name for r in results for name in r.queues.share})
+        shown = shown + QUEUE_ROWS + [(f"  {name}: share / fair share", _queue_share(name)) for name in tenants]
     rows = [header] + [[label] + [cell(r) for r in results] for label, cell in shown]
     priorities = sorted({p for r in results for p in r.waits_by_priority}, reverse=True)
     if len(priorities) > 1:

@@ -2,10 +2,12 @@
 configuration (the embedded defaults, files, or a trace), under each policy."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Mapping
 
 from batchsched.config import SchedulerConfig, load_config
+from batchsched.core.queues.model import QueueInfo
 from batchsched.sim import baselines, traces
 from batchsched.sim.cluster import DEFAULTS, NodeGroup, build_dra, build_nodes, describe_cluster, load_cluster
 from batchsched.sim.engine import Policy, SimOptions, simulate
@@ -13,7 +15,7 @@ from batchsched.sim.files import InputError
 from batchsched.sim.metrics import SimResult
 from batchsched.sim.progress import TerminalProgress
 from batchsched.sim.policies import NAME as BATCHSCHED, BatchschedPolicy
-from batchsched.sim.workload import Job, describe_workload, load_workload
+from batchsched.sim.workload import Job, describe_workload, read_workload
 
 POLICIES = (BATCHSCHED,) + baselines.NAMES
 OCCUPANCY_SAMPLES = 240  # columns of the per-node occupancy chart
@@ -27,10 +29,12 @@ class Scenario:
     config: SchedulerConfig
     cluster_source: str  # where each came from, for the summary
     workload_source: str
+    queues: Mapping[str, QueueInfo] = field(default_factory=dict)  # the workload file's (docs/queues.md)
 
     def describe(self) -> str:
+        queues = f", {len(self.queues)} queues" if self.queues else ""
         return (f"cluster:  {self.cluster_source} ({describe_cluster(self.cluster)})\n"
-                f"workload: {self.workload_source} ({describe_workload(self.jobs)})")
+                f"workload: {self.workload_source} ({describe_workload(self.jobs)}{queues})")
 
 
 def default_config() -> SchedulerConfig:
@@ -45,6 +49,7 @@ def build_scenario(cluster: Path | None = None, workload: Path | None = None, tr
     """Files given win; what is not given comes from the trace or the embedded defaults."""
     trace_dir = trace_dir or traces.default_trace_dir()
     scheduler_config = load_config(config) if config else default_config()
+    queues: dict[str, QueueInfo] = {}
     groups = load_cluster(cluster) if cluster else None
     cluster_source = str(cluster) if cluster else "embedded default"
     if trace == "alibaba":
@@ -62,11 +67,12 @@ def build_scenario(cluster: Path | None = None, workload: Path | None = None, tr
     elif trace is not None:
         raise InputError(f"unknown trace {trace!r} (known: {', '.join(TRACES)})")
     else:
-        jobs = load_workload(workload if workload else DEFAULTS / "workload.yaml", seed)
+        loaded = read_workload(workload if workload else DEFAULTS / "workload.yaml", seed)
+        jobs, queues = loaded.jobs, loaded.queues
         workload_source = str(workload) if workload else "embedded default"
     if groups is None:
         groups = load_cluster(DEFAULTS / "cluster.yaml")
-    return Scenario(groups, jobs, scheduler_config, cluster_source, workload_source)
+    return Scenario(groups, jobs, scheduler_config, cluster_source, workload_source, queues)
 
 
 def _sampled(max_pods: int | None) -> str:
@@ -89,7 +95,7 @@ def _first_pods(jobs: list[Job], max_pods: int | None) -> list[Job]:
 def policy_for(name: str, config: SchedulerConfig, seed: int) -> Policy:
     if name == BATCHSCHED:
         return BatchschedPolicy(config)
-    return baselines.baseline(name, seed)
+    return baselines.baseline(name, seed, config.core().default_queue)
 
 
 def run_scenario(scenario: Scenario, policies: list[str] = list(POLICIES), seed: int = 1,
@@ -104,4 +110,5 @@ def run_scenario(scenario: Scenario, policies: list[str] = list(POLICIES), seed:
     nodes, dra = build_nodes(scenario.cluster), build_dra(scenario.cluster)
     options = SimOptions(occupancy_samples=OCCUPANCY_SAMPLES if plot else 0)
     return [simulate(nodes, scenario.jobs, policy_for(name, scenario.config, seed), options,
-                     scenario.config.scheduler_name, dra, progress) for name in policies]
+                     scenario.config.scheduler_name, dra, progress, scenario.queues,
+                     scenario.config.core().default_queue) for name in policies]

@@ -12,6 +12,7 @@ from typing import Any, Mapping, get_args
 
 from batchsched.api import constants
 from batchsched.api.podgroup import PodGroupSpec, TopologyPolicySpec
+from batchsched.core.queues.model import QueueInfo, queue_from_json
 from batchsched.sim.files import InputError, Record, read_csv, read_yaml
 
 # Simulated time t is this instant plus t seconds.
@@ -19,8 +20,9 @@ SIM_EPOCH = datetime(2024, 1, 1, tzinfo=timezone.utc)
 
 _JOB_FIELDS = {"name", "arrival", "duration", "pods", "minMember", "gpus", "cpu", "memory", "priority",
                "priorityClass", "namespace", "labels", "preemptible", "gpuLink", "numa", "nodeSelector",
-               "controller"}
+               "controller", "queue"}
 _GENERATOR_FIELDS = (_JOB_FIELDS - {"arrival"}) | {"count", "window"}
+_QUEUE_FIELDS = {"name", "parent", "weight", "reclaimable", "resources", "gpuTypes"}
 _GPU_LINKS = get_args(TopologyPolicySpec.model_fields["gpu_link"].annotation)
 _NUMA = get_args(TopologyPolicySpec.model_fields["numa"].annotation)
 _DEFAULT_TOPOLOGY = TopologyPolicySpec()
@@ -134,35 +136,86 @@ def pod_group_object(job: Job) -> dict[str, Any]:
 # --------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Workload:
+    """A workload file's jobs, by arrival, and the Queues they name."""
+
+    jobs: list[Job]
+    queues: dict[str, QueueInfo]
+
+
 def load_workload(path: Path, seed: int | None = None) -> list[Job]:
-    """The jobs of a workload file, by arrival: YAML with ``jobs`` and/or
-    ``generate`` (drawn with ``seed``, else the file's ``seed``), or CSV
-    with one job per row (docs/simulator.md)."""
+    """The jobs of a workload file, by arrival (``read_workload``)."""
+    return read_workload(path, seed).jobs
+
+
+def read_workload(path: Path, seed: int | None = None) -> Workload:
+    """A workload file: YAML with ``jobs`` and/or ``generate`` (drawn with
+    ``seed``, else the file's ``seed``) and optional ``queues``, or CSV with
+    one job per row (docs/simulator.md).  A CSV file defines no Queue: the
+    queues its ``queue`` column names are plain ones (weight 1, no quota)."""
     if not path.is_file():
         raise InputError(f"{path}: no such file")
+    queues: dict[str, QueueInfo] = {}
     if path.suffix.lower() == ".csv":
         jobs = [_job(r, r.seconds("arrival")) for r in read_csv(path, {"name", "arrival", "duration"}, _JOB_FIELDS)]
+        queues = {j.queue: QueueInfo(j.queue) for j in jobs if j.queue}
     else:
         top = read_yaml(path)
-        top.check_known({"seed", "jobs", "generate"})
+        top.check_known({"seed", "jobs", "generate", "queues"})
+        queues = _queues(top)
         rng = random.Random(seed if seed is not None else top.integer("seed", 1))
-        jobs = [_job(r, r.seconds("arrival")) for r in top.records("jobs")]
+        jobs = [_job(r, r.seconds("arrival"), queues=queues) for r in top.records("jobs")]
         for generator in top.records("generate"):
-            jobs += _generate(generator, rng)
+            jobs += _generate(generator, rng, queues)
     if not jobs:
         raise InputError(f"{path}: line 1: no jobs")
     keys = [j.key for j in jobs]
     if len(set(keys)) < len(keys):
         duplicate = next(k for k in keys if keys.count(k) > 1)
         raise InputError(f"{path}: job {duplicate} is defined twice")
-    return sorted(jobs, key=lambda j: (j.arrival, j.key))
+    return Workload(sorted(jobs, key=lambda j: (j.arrival, j.key)), queues)
+
+
+def _queues(top: Record) -> dict[str, QueueInfo]:
+    """The ``queues`` section: each entry a Queue's spec with its name,
+    checked as the scheduler checks a Queue object."""
+    queues: dict[str, QueueInfo] = {}
+    records = top.records("queues")
+    for record in records:
+        record.check_known(_QUEUE_FIELDS)
+        name = record.text("name")
+        if name in queues:
+            raise record.error("name", f"queue {name!r} is defined twice")
+        spec = {k: v for k, v in record.items() if k != "name"}
+        try:
+            queues[name] = queue_from_json({"metadata": {"name": name}, "spec": spec})
+        except ValueError as exc:
+            # the Queue's spec.FIELD is this entry's FIELD
+            problem = " ".join(str(exc).split()).replace("spec.", f"{record.where}.")
+            raise InputError(f"{record.source}: line {record.line}: queue {name}: {problem}") from None
+    for record in records:  # parents may come later in the file
+        queue = queues[record.text("name")]
+        if not queue.parent:
+            continue
+        if queue.parent not in queues:
+            raise record.error("parent", f"no queue {queue.parent!r} in this file's queues")
+        if queues[queue.parent].parent:
+            raise record.error("parent", f"queue {queue.parent!r} has a parent itself: two levels at most")
+    return queues
 
 
 def _job(record: Record, arrival: float, name: str | None = None, pods: int | None = None,
-         gpus: int | None = None, duration: float | None = None) -> Job:
-    """A job from a record; a generator passes what it drew for the job."""
+         gpus: int | None = None, duration: float | None = None,
+         queues: Mapping[str, QueueInfo] | None = None) -> Job:
+    """A job from a record; a generator passes what it drew for the job.
+    With ``queues`` (a YAML file's), the job's queue must be one of them."""
     if name is None:
         record.check_known(_JOB_FIELDS)
+    queue = record.text("queue", "")
+    if queue and queues is not None and queue not in queues:
+        known = ", ".join(sorted(queues)) or "none: the file has no queues section"
+        raise record.error("queue", f"no queue {queue!r} in this file's queues (known: {known})")
     pods = pods if pods is not None else record.integer("pods", 1, minimum=1)
     min_member = record.integer("minMember", pods, minimum=1)
     if min_member > pods:
@@ -185,10 +238,11 @@ def _job(record: Record, arrival: float, name: str | None = None, pods: int | No
         numa=record.choice("numa", _NUMA, "none"),
         node_selector=record.labels("nodeSelector"),
         controller=record.choice("controller", CONTROLLERS, "Job"),
+        queue=queue,
     )
 
 
-def _generate(record: Record, rng: random.Random) -> list[Job]:
+def _generate(record: Record, rng: random.Random, queues: Mapping[str, QueueInfo]) -> list[Job]:
     """``count`` jobs named ``name-0``, ``name-1``, ... arriving uniformly at
     random in ``window``; list-valued fields are drawn per job."""
     record.check_known(_GENERATOR_FIELDS)
@@ -198,7 +252,7 @@ def _generate(record: Record, rng: random.Random) -> list[Job]:
     pods_choices, gpu_choices = _choices(record, "pods", 1, 1), _choices(record, "gpus", 0, 0)
     arrivals = sorted(rng.uniform(start, end) for _ in range(count))
     return [_job(record, round(arrival, 3), name=f"{prefix}-{i}", pods=rng.choice(pods_choices),
-                 gpus=rng.choice(gpu_choices), duration=round(rng.uniform(low, high), 3))
+                 gpus=rng.choice(gpu_choices), duration=round(rng.uniform(low, high), 3), queues=queues)
             for i, arrival in enumerate(arrivals)]
 
 

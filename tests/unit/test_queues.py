@@ -590,3 +590,39 @@ def test_reclaim_stops_at_the_fair_share_so_queues_do_not_ping_pong():
     too_many = running("b1", 2, 4, "n0") + running("b2", 1, 8, "n1")
     assert "would take 16 nvidia.com/gpu from queue team-b, which holds only 8 beyond its fair share" in \
         reclaim.beyond(too_many)
+
+
+def test_a_reclaim_in_flight_is_not_repeated_while_its_victims_terminate():
+    # team-a's gang a reclaimed b2 (terminating on n1, a's pods nominated
+    # there).  Its second gang a2 may not reclaim more: with a's nominated
+    # room team-a would go beyond its fair share (12: its 8, then half of
+    # the 8 left), and team-b's terminating b2 is no longer beyond its own.
+    b_pods = running("b1", 2, 4, "n0") + [dataclasses.replace(p, terminating=True)
+                                          for p in running("b2", 1, 8, "n1")]
+    a_pods = [dataclasses.replace(p, nominated_node="n1") for p in gang_pods("a", 2, gpu=4, created=5)]
+    groups = [in_queue("a", "team-a", 2, created=5), in_queue("a2", "team-a", 2, created=6),
+              in_queue("b1", "team-b", 2), in_queue("b2", "team-b")]
+    snap = with_queues(snapshot(gpu_nodes(), b_pods + a_pods + gang_pods("a2", 2, gpu=4, created=6), groups),
+                       queue("team-a", guaranteed=8), queue("team-b"))
+    book = QueueBook(snap, CONFIG)
+    assert not book.within_fair_share(GangIndex(snap)["default/a2"])
+    assert book.within_fair_share(GangIndex(snap)["default/a"])  # its own nomination is not counted twice
+    plan = reclaim_cycle(snap)
+    assert plan.evictions == []
+
+
+def test_no_reservation_for_a_gang_beyond_its_queues_fair_share():
+    # team-a borrowed both nodes and its old gang has waited past
+    # reservationAfterSeconds; team-b's young gang is within its fair share.
+    # Reserving for team-a's gang would hold room reclaim takes back.
+    config = dataclasses.replace(CONFIG, reservation_after_seconds=10)
+    ending = [pod(f"{g}-0", group=g, gpu=8, node_name=n, phase="Running", created=-100, restart_policy="Never")
+              for g, n in (("a1", "n0"), ("a2", "n1"))]  # pods a reservation may wait out
+    pods = ending + gang_pods("old", 1, gpu=8, created=1) + gang_pods("young", 1, gpu=8, created=50)
+    groups = [in_queue("a1", "team-a"), in_queue("a2", "team-a"), in_queue("old", "team-a", created=1),
+              in_queue("young", "team-b", created=50)]
+    snap = with_queues(snapshot(gpu_nodes(), pods, groups, now=0), queue("team-a"), queue("team-b"))
+    gang_queue = GangQueue.from_config(config)
+    schedule_cycle(snap, gang_queue, config)
+    plan = schedule_cycle(dataclasses.replace(snap, now=snap.now + 100), gang_queue, config)
+    assert plan.reservation is not None and plan.reservation.gang_key == "default/young"

@@ -131,6 +131,7 @@ class QueueBook:
         self._ranks: dict[str, tuple[bool, float, str]] = {}  # by queue, until it gains a gang
         self._charged_now: set[str] = set()  # queues this cycle placed gangs of
         self._fair: dict[str, dict[str, Fraction]] | None = None
+        self._flight: tuple[dict[str, Resources], dict[str, dict[str, Resources]]] | None = None
         if self.active:
             self._count_bound()
 
@@ -247,21 +248,37 @@ class QueueBook:
                 self._usage[charged].add(amounts, kinds)
                 self._ranks.pop(charged, None)
 
+    def within_fair_share(self, gang: Gang) -> bool:
+        """Whether the gang's queue (and its parent) would stay within its
+        fair share with the gang's minimum placed, counting the room
+        nominated to its other gangs, whose victims are on their way out
+        (always, without Queue objects)."""
+        if not self.active:
+            return True
+        minimum = self._minimum(gang)
+        fair = self._fair_shares()
+        coming = self._in_flight()[1]
+        for charged in self._charged(self.queue_of(gang.key)):
+            held = res.add(self._usage.get(charged, _Usage()).amounts, coming.get(charged, {}).get("", {}))
+            own = coming.get(charged, {}).get(gang.key, {})  # this gang's own nomination is not extra
+            if any(held.get(r, 0) - own.get(r, 0) + amount > fair.get(charged, {}).get(r, 0)
+                   for r, amount in minimum.items() if amount):
+                return False
+        return True
+
     def reclaim_for(self, gang: Gang) -> Reclaim | None:
         """Whether the gang's queue may take back room lent to others: it
         (and its parent) would stay within its fair share with the gang's
         minimum placed; if so, from which queues: the reclaimable ones
-        holding more than their fair share of what the gang asks."""
-        if not self.active:
+        holding more than their fair share of what the gang asks, not
+        counting what they already have terminating (so reclaims in flight
+        are not repeated while their victims go)."""
+        if not self.active or not self.within_fair_share(gang):
             return None
         name = self.queue_of(gang.key)
-        demand = self._demand(gang)
-        minimum = demand.minimum(tuple(sorted(demand.total)))
+        minimum = self._minimum(gang)
         fair = self._fair_shares()
-        for charged in self._charged(name):
-            held = self._usage.get(charged, _Usage()).amounts
-            if any(held.get(r, 0) + amount > fair.get(charged, {}).get(r, 0) for r, amount in minimum.items() if amount):
-                return None
+        going = self._in_flight()[0]
         excess: dict[str, dict[str, int]] = {}
         for other, usage in self._usage.items():
             info = self.queues.get(other, QueueInfo(other))
@@ -270,10 +287,34 @@ class QueueBook:
             # only what it holds beyond its share binds: below it in a resource
             # nobody contends for (its share is its demand) it would get it back at once
             beyond = {r: held for r in minimum if minimum[r] and
-                      (held := usage.amounts.get(r, 0) - math.ceil(fair.get(other, {}).get(r, 0))) > 0}
+                      (held := usage.amounts.get(r, 0) - going.get(other, {}).get(r, 0)
+                       - math.ceil(fair.get(other, {}).get(r, 0))) > 0}
             if beyond:
                 excess[other] = beyond
         return Reclaim(name, excess, self.queue_of) if excess else None
+
+    def _minimum(self, gang: Gang) -> Resources:
+        demand = self._demand(gang)
+        return demand.minimum(tuple(sorted(demand.total)))
+
+    def _in_flight(self) -> tuple[dict[str, Resources], dict[str, dict[str, Resources]]]:
+        """Per queue (a parent too), what its terminating pods hold; and per
+        queue and gang, the room nominated to the gang's pending pods (under
+        the gang key "" too, for all its gangs together).  Once a cycle."""
+        if self._flight is None:
+            going: dict[str, Resources] = {}
+            coming: dict[str, dict[str, Resources]] = {}
+            cluster = self._snapshot.cluster
+            for pod in cluster.terminating_pods():
+                for charged in self._charged(self.queue_of(pod.gang_key)):
+                    going[charged] = res.add(going.get(charged, {}), pod.requests)
+            for pod in cluster.nominated_pods():
+                for charged in self._charged(self.queue_of(pod.gang_key)):
+                    by_gang = coming.setdefault(charged, {})
+                    for key in ("", pod.gang_key):
+                        by_gang[key] = res.add(by_gang.get(key, {}), pod.requests)
+            self._flight = (going, coming)
+        return self._flight
 
     def _fair_shares(self) -> dict[str, dict[str, Fraction]]:
         """Every queue's fair share over what it holds and its waiting gangs
