@@ -384,3 +384,8 @@ def test_a_kuberay_pod_left_with_another_scheduler_name_is_named_in_the_gangs_me
         "2/3 members exist (pods with annotation scheduling.k8s.io/group-name=ray-c-pg and schedulerName "
         "batchsched in train); 1 pod(s) carry the gang annotation but schedulerName default-scheduler: "
         "c-gpu-worker-1; they do not count toward minMember (set schedulerName: batchsched)")
+
+
+def test_a_volcano_podgroups_queue_is_the_batchsched_queue_it_is_admitted_through():
+    assert volcano.group_from_json(volcano_group("g", minMember=2, queue="team-a")).queue == "team-a"
+    assert volcano.group_from_json(volcano_group("g", minMember=2)).queue == ""  # the configured default

@@ -1,14 +1,16 @@
 """Volcano's PodGroup (``scheduling.volcano.sh/v1beta1``): its spec read into
 a GroupSpec, and its status in its own vocabulary.
 
-``queue`` and ``minTaskMember`` are validated, not applied: batchsched has
-no queues of its own yet, and it places ``minMember`` members at once
-whatever their task roles (KubeRay's and Trainer's PodGroups ask for every
+``queue`` names the batchsched Queue the gang is admitted through
+(docs/queues.md; Volcano's ``default`` queue is batchsched's default one too).
+``minTaskMember`` is validated, not applied: batchsched places ``minMember``
+members at once whatever their task roles (KubeRay's and Trainer's PodGroups ask for every
 pod, so each role is whole anyway).  ``networkTopology`` and
 ``subGroupPolicy`` are not read.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Annotated, Any, Mapping
 
 from pydantic import Field
@@ -40,7 +42,8 @@ def group_from_json(obj: Mapping[str, Any], priority: int | None = None) -> Grou
     """``priority``: the value of its priorityClassName's PriorityClass.
     Raises ValueError naming each field that makes no sense."""
     spec = validate_spec(Spec, obj.get("spec"))
-    return group_spec(obj, VOLCANO, spec.min_member, spec.min_resources, priority, spec.priority_class_name or "")
+    read = group_spec(obj, VOLCANO, spec.min_member, spec.min_resources, priority, spec.priority_class_name or "")
+    return replace(read, queue=spec.queue) if spec.queue else read
 
 
 # Volcano's reasons for an Unschedulable condition, where ours has a match.
