@@ -10,7 +10,7 @@ from tests.support.metrics import sample
 
 pytestmark = pytest.mark.e2e
 
-WATCHED = r"^/api/v1/(pods|nodes)$|/podgroups$|/priorityclasses$"
+WATCHED = r"^/api/v1/(pods|nodes)$|^/apis/scheduling.batchsched.io/v1alpha1/podgroups$|/priorityclasses$"
 
 
 def relists(replica) -> float:

@@ -54,7 +54,7 @@ def test_get_podgroups_shows_phase_counts_priority_and_reason_of_waiting_and_bou
 
     columns, rows = table(env)
     assert [c["name"] for c in columns if c["priority"] == 0] == [
-        "Name", "Phase", "MinMember", "Bound", "Running", "Pending", "Priority", "Reason", "Age"]
+        "Name", "Phase", "Queue", "MinMember", "Bound", "Running", "Pending", "Priority", "Reason", "Age"]
     assert [c["name"] for c in columns if c["priority"] == 1] == ["Succeeded", "Failed", "PriorityClass", "Message"]
     ready, short, train = rows["ready"], rows["short"], rows["train"]
     assert {k: ready[k] for k in ("Phase", "MinMember", "Bound", "Running", "Pending", "Priority", "Reason")} == {
