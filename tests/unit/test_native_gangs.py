@@ -15,6 +15,7 @@ from batchsched.core.model import pod_from_json
 from batchsched.core.queueing.queue import GangQueue
 from batchsched.shell.cache import ClusterCache
 from tests.unit.cache_support import relist
+from tests.unit.test_kueue_gangs import nodes
 
 ALL = frozenset(gangsources.PRECEDENCE)
 
@@ -69,10 +70,7 @@ def test_pods_join_through_spec_scheduling_group_after_our_label_only():
 
 def test_a_changed_min_count_is_the_next_cycles_gang():
     cache = asyncio.run(_cache())
-    relist(cache, "nodes", [{"metadata": {"name": f"n{i}"},
-                             "status": {"allocatable": {"cpu": "64", "memory": "512Gi", "pods": "110",
-                                                        "nvidia.com/gpu": "8"},
-                                        "conditions": [{"type": "Ready", "status": "True"}]}} for i in range(2)])
+    relist(cache, "nodes", nodes({}, {}))
     relist(cache, "podgroups.scheduling.k8s.io", [group("g", schedulingPolicy={"gang": {"minCount": 3}})])
     relist(cache, "pods", [member(f"w{i}", "g") for i in range(2)])
     plan = schedule_cycle(cache.snapshot(0.0), GangQueue())
