@@ -283,6 +283,7 @@ class Simulation:
         self.busy_gpus = 0  # GPUs held by running jobs
         self.total_pods = sum(job.pods for job in jobs)
         self.placed: set[tuple[str, int]] = set()  # (job, pod index) bound at least once
+        self._slot: dict[str, tuple[str, int]] = {}  # pod uid -> (job, pod index)
         self.now = min((j.arrival for j in jobs), default=0.0)
         self.recorder = Recorder(self.cluster, jobs, policy.name, default_queue)
         self._events: list[_Event] = []
@@ -379,6 +380,7 @@ class Simulation:
         pod = self.cluster.add_pod(pod_object(run.job, index, run.incarnations[index], self.now,
                                               self.cluster.scheduler_name))
         self.by_pod[pod.uid] = run
+        self._slot[pod.uid] = (run.job.key, index)
         return pod.uid
 
     def _bound_members(self, run: _JobRun) -> int:
@@ -402,7 +404,7 @@ class Simulation:
 
     def _bound(self, pod: PodInfo) -> None:
         run = self.by_pod[pod.uid]
-        self.placed.add((run.job.key, run.members.index(pod.uid)))
+        self.placed.add(self._slot[pod.uid])
         self.recorder.bound(pod, self.cluster.nodes[pod.node_name])
         self._hold(run, pod.requests.get(constants.GPU_RESOURCE, 0))
         if not run.running and self._bound_members(run) >= run.job.min_member:

@@ -23,7 +23,7 @@ from typing import Callable, Iterable, Iterator, Mapping, Sequence
 from batchsched.api.constants import GPU_RESOURCE
 from batchsched.core import resources as res
 from batchsched.core.config import CoreConfig
-from batchsched.core.gangs import Gang, GangIndex
+from batchsched.core.gangs import Gang, GangIndex, GangProblem
 from batchsched.core.model import PodInfo
 from batchsched.core.placement.gang import Assignment
 from batchsched.core.queues.model import QueueInfo
@@ -34,14 +34,6 @@ from batchsched.core.snapshot import Snapshot
 REASON_QUEUE_NOT_FOUND = "QueueNotFound"
 REASON_INVALID_QUEUE = "InvalidQueue"
 REASON_QUEUE_AT_LIMIT = "QueueAtLimit"
-
-
-@dataclass(frozen=True)
-class QueueProblem:
-    """Why a gang's queue cannot admit anything."""
-
-    reason: str
-    message: str
 
 
 @dataclass(frozen=True)
@@ -141,31 +133,31 @@ class QueueBook:
         group = self._snapshot.groups.get(gang_key)
         return group.queue if group is not None and group.queue else self.default
 
-    def problem(self, gang: Gang) -> QueueProblem | None:
+    def problem(self, gang: Gang) -> GangProblem | None:
         """Why the gang's queue admits nothing (missing, invalid, a parent), or None."""
         name = self.queue_of(gang.key)
         invalid = self._snapshot.invalid_queues
         if name in invalid:
-            return QueueProblem(REASON_INVALID_QUEUE, f"Queue {name} is invalid: {invalid[name]}")
+            return GangProblem(REASON_INVALID_QUEUE, f"Queue {name} is invalid: {invalid[name]}")
         info = self.queues.get(name)
         if info is None:
             if name == self.default:
                 return None
-            return QueueProblem(REASON_QUEUE_NOT_FOUND, (
+            return GangProblem(REASON_QUEUE_NOT_FOUND, (
                 f"Queue {name} not found (spec.queue of PodGroup {gang.key}); create it, or name an existing "
                 f"queue, or leave spec.queue unset for the default queue {self.default}."))
         if name in self._parents:
-            return QueueProblem(REASON_INVALID_QUEUE, (
+            return GangProblem(REASON_INVALID_QUEUE, (
                 f"Queue {name} has child queues, and gangs go into queues without children; name one of "
                 f"its children in spec.queue of PodGroup {gang.key}."))
         parent = info.parent
         if parent and parent in invalid:
-            return QueueProblem(REASON_INVALID_QUEUE, f"Queue {name}'s parent {parent} is invalid: {invalid[parent]}")
+            return GangProblem(REASON_INVALID_QUEUE, f"Queue {name}'s parent {parent} is invalid: {invalid[parent]}")
         if parent and parent not in self.queues:
-            return QueueProblem(REASON_QUEUE_NOT_FOUND, f"Queue {name} names parent queue {parent}, which does "
+            return GangProblem(REASON_QUEUE_NOT_FOUND, f"Queue {name} names parent queue {parent}, which does "
                                                         "not exist.")
         if parent and self.queues[parent].parent:
-            return QueueProblem(REASON_INVALID_QUEUE, (
+            return GangProblem(REASON_INVALID_QUEUE, (
                 f"Queue {name}'s parent {parent} has a parent itself ({self.queues[parent].parent}); queues "
                 "have two levels at most."))
         return None
