@@ -142,6 +142,8 @@ class AutoGangsConfig(_Strict):
     """Gangs formed from the pods' owner, with no PodGroup (docs/integrations.md)."""
 
     jobs: AutoGangMode = "optIn"  # indexed Jobs, minMember = parallelism
+    # JobSets, minMember = the sum over replicated Jobs (those started, for one started in turn)
+    job_sets: AutoGangMode = Field("optIn", alias="jobSets")
     # each group of a LeaderWorkerSet, minMember = its pods' size annotation
     leader_worker_sets: AutoGangMode = Field("optIn", alias="leaderWorkerSets")
 
@@ -157,7 +159,7 @@ class GangSourcesConfig(_Strict):
 
     def _auto(self) -> tuple[tuple[str, str], ...]:
         return ((gangsources.LEADER_WORKER_SET, self.auto_gangs.leader_worker_sets),
-                (gangsources.JOB, self.auto_gangs.jobs))
+                (gangsources.JOBSET, self.auto_gangs.job_sets), (gangsources.JOB, self.auto_gangs.jobs))
 
     def enabled(self) -> tuple[str, ...]:
         return tuple(name for name, on in ((gangsources.NATIVE, self.native),

@@ -213,6 +213,7 @@ def component_builds() -> dict[str, GoBuild]:
         "kwok": GoBuild("sigs.k8s.io/kwok", v["KWOK_VERSION"],
                         {"kwok": "sigs.k8s.io/kwok/cmd/kwok"}),
         "kueue": GoBuild("sigs.k8s.io/kueue", v["KUEUE_VERSION"], {"kueue": "sigs.k8s.io/kueue/cmd/kueue"}),
+        "jobset": GoBuild("sigs.k8s.io/jobset", v["JOBSET_VERSION"], {"jobset": "sigs.k8s.io/jobset"}),
         "helm": GoBuild("helm.sh/helm/v3", v["HELM_VERSION"], {"helm": "helm.sh/helm/v3/cmd/helm"},
                         ldflags=f"-s -w -X helm.sh/helm/v3/internal/version.version={v['HELM_VERSION']}"),
     }

@@ -132,7 +132,8 @@ def schedule_cycle(snapshot: Snapshot, queue: GangQueue, config: CoreConfig = Co
             plan.verdicts[gang.key] = Verdict(False, REASON_PARTIAL_TIMEOUT, (f"{queue.started_over[gang.key]} "
                 f"Waiting for its pods: {_quorum_message(gang, snapshot.scheduler_name)}."))
         elif not gang.eligible:
-            waits_for_claims = gang.active + len(gang.claims_waiting) >= gang.min_member
+            waits_for_claims = (bool(gang.claims_waiting) and not gang.tasks_short
+                                and gang.active + len(gang.claims_waiting) >= gang.min_member)
             plan.verdicts[gang.key] = Verdict(False, REASON_CLAIMS_NOT_READY if waits_for_claims
                                               else REASON_QUORUM_NOT_REACHED,
                                               _quorum_message(gang, snapshot.scheduler_name))
@@ -264,7 +265,7 @@ def _try_gang(snapshot: Snapshot, gangs: GangIndex, key: str, queue: GangQueue, 
     _give(capacity, own_holds, res.add)
     holds_given.update(own_holds)
     result = plan_gang(admission.pods, gang.need, capacity, reserved=off_limits,
-                       cluster_total=cluster_total, **_topology_args(gang, config))
+                       cluster_total=cluster_total, task_need=gang.task_need, **_topology_args(gang, config))
     if isinstance(result, PlanFailure):
         queue.record_failure(key, now)
         message = result.message
@@ -473,6 +474,9 @@ def _quorum_message(gang: Gang, scheduler_name: str) -> str:
         more = len(gang.claims_waiting) - 3
         message += (f"; {len(gang.claims_waiting)} more wait for their ResourceClaims ({shown}"
                     + (f"; and {more} more" if more > 0 else "") + ")")
+    if gang.tasks_short:
+        message += "; " + ", ".join(f"task {clip(task, 80)} has {live}/{need} members"
+                                    for task, live, need in gang.tasks_short[:5]) + " (minTaskMember)"
     if gang.foreign:
         message += f"; {foreign_note(gang.foreign, scheduler_name)}"
     return message

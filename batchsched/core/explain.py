@@ -94,7 +94,9 @@ def explain_gang(snapshot: Snapshot, gang_key: str, config: CoreConfig = CoreCon
         report.data["quorumReached"] = False
         report.data["reason"] = "QuorumNotReached"
         report.verdict = (f"quorum not reached: {gang.active} active members, minMember {gang.min_member} "
-                          "(members that Succeeded or Failed do not count)")
+                          "(members that Succeeded or Failed do not count)"
+                          + "".join(f"; task {task}: {live} active, minTaskMember {need}"
+                                    for task, live, need in gang.tasks_short))
         report.add(f"  {report.verdict}")
     queue_problem = _queue_checklist(snapshot, gang, config, report)
     if queue_problem:

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import difflib
 import itertools
+from collections import Counter
 from dataclasses import dataclass
 from typing import Hashable, Iterator, Mapping, Sequence
 
 from batchsched.api.constants import POD_GROUP_LABEL
 from batchsched.core.cluster import ClusterState
-from batchsched.core.gangsources import OWN, SOURCES, stated_size
+from batchsched.core.gangsources import OWN, SOURCES, jobsets, stated_size
 from batchsched.core.model import GroupSpec, PodInfo
 from batchsched.core.snapshot import Snapshot
 from batchsched.core.text import clip
@@ -72,7 +73,21 @@ class Gang:
 
     @property
     def eligible(self) -> bool:
-        return self.problem is None and self.active >= self.min_member
+        return self.problem is None and self.active >= self.min_member and not self.tasks_short
+
+    @property
+    def tasks_short(self) -> tuple[tuple[str, int, int], ...]:
+        """(task, live members, minTaskMember) of each task with too few live members."""
+        if not self.spec.min_task_members:
+            return ()
+        live = Counter(p.task for p in (*self.bound_active, *self.pending))
+        return tuple((task, live[task], need) for task, need in self.spec.min_task_members if live[task] < need)
+
+    @property
+    def task_need(self) -> dict[str, int]:
+        """Task -> how many pending members of it must be placed at once, beyond those bound."""
+        bound = Counter(p.task for p in self.bound_active)
+        return {task: need - bound[task] for task, need in self.spec.min_task_members if need > bound[task]}
 
     @property
     def need(self) -> int:
@@ -230,7 +245,7 @@ def _gang(key: str, members: list[PodInfo], snapshot: Snapshot, foreign: tuple[P
         if key in snapshot.invalid_groups:
             problem = GangProblem(REASON_INVALID_GROUP, snapshot.invalid_groups[key])
         elif key in snapshot.groups:
-            spec = snapshot.groups[key]
+            spec = jobsets.started(snapshot.groups[key], members)
         else:
             problem = GangProblem(REASON_GROUP_NOT_FOUND, _not_found(key, first))
     implicit = spec is None

@@ -109,6 +109,7 @@ class PodInfo:
     group: str = ""  # PodGroup name ("" = not in a group)
     group_source: str = ""  # whose PodGroup: "" ours, else a foreign gang source (core/gangsources)
     group_total: int = 0  # the size its pods state (Kueue's total-count, LWS's size; 0: none valid)
+    task: str = ""  # its role in a Volcano gang (annotation volcano.sh/task-spec), for minTaskMember
     node_selector: Mapping[str, str] = field(default_factory=dict)
     affinity_terms: tuple[NodeSelectorTerm, ...] = ()  # required node affinity
     tolerations: tuple[Toleration, ...] = ()
@@ -235,6 +236,13 @@ class GroupSpec:
     preemption_policy: str = "PreemptLowerPriority"  # or Never: this gang never preempts
     preemptible: bool = True  # False: its pods are never victims
     queue: str = ""  # spec.queue; "": the configured default queue
+    # A JobSet that starts its replicated Jobs in turn: (replicated Job, pods
+    # it runs at once) in order; min_member is then that of the stages
+    # started (core/gangsources/jobsets.py).
+    stages: tuple[tuple[str, int], ...] = ()
+    # Volcano's minTaskMember: (task, members of it the gang needs), sorted;
+    # a pod's task is its annotation volcano.sh/task-spec.
+    min_task_members: tuple[tuple[str, int], ...] = ()
 
     @property
     def key(self) -> str:
@@ -293,6 +301,11 @@ def pod_requests(spec: Mapping[str, Any]) -> Resources:
     return {k: v for k, v in total.items() if v}
 
 
+def _task(annotations: Mapping[str, Any]) -> str:
+    task = annotations.get(gangsources.VOLCANO_TASK_ANNOTATION)
+    return task if isinstance(task, str) and len(task) <= gangsources.MAX_GROUP_NAME else ""
+
+
 def pod_from_json(obj: Mapping[str, Any], gang_sources: frozenset[str] = frozenset({gangsources.OWN}),
                   auto_always: frozenset[str] = frozenset()) -> PodInfo:
     """``gang_sources``: the enabled gang sources, read in their precedence;
@@ -329,6 +342,7 @@ def pod_from_json(obj: Mapping[str, Any], gang_sources: frozenset[str] = frozens
         group=group,
         group_source="" if group_source == gangsources.OWN else group_source,
         group_total=gangsources.stated_count(group_source, annotations) if group else 0,
+        task=_task(annotations) if group_source == gangsources.VOLCANO else "",
         node_selector=dict(spec.get("nodeSelector") or {}),
         affinity_terms=terms,
         tolerations=tolerations,

@@ -45,7 +45,7 @@ from batchsched.api import constants
 from batchsched.core.cluster import ClusterState
 from batchsched.core import gangsources
 from batchsched.core.dra import model as dra
-from batchsched.core.gangsources import jobs, native, schedulerplugins, volcano
+from batchsched.core.gangsources import jobs, jobsets, native, schedulerplugins, volcano
 from batchsched.core.model import (
     GroupSpec, NodeInfo, PodInfo, annotated_topology, group_from_json, node_from_json, pod_from_json,
 )
@@ -215,6 +215,8 @@ class ClusterCache:
         self.node_selector = dict(node_selector or {})
         self.state = ClusterState(scheduler_name)
         self.groups_raw: dict[str, dict] = {}  # every source's PodGroups, by gang key
+        # The Jobs and JobSets sizing automatic gangs, as references for Events, by gang key.
+        self.owner_refs: dict[str, dict] = {}
         self.groups: dict[str, GroupSpec] = {}
         self.invalid_groups: dict[str, str] = {}
         self.priority_classes: dict[str, int] = {}
@@ -262,11 +264,13 @@ class ClusterCache:
                         functools.partial(self._apply_group, source=name), restart, optional=True)
               for name in gangsources.PRECEDENCE
               if name != gangsources.OWN and name in self.gang_sources and gangsources.SOURCES[name].podgroups),
-            # Indexed Jobs size their automatic gangs; without RBAC for them
-            # their pods wait as members of a Job not found.
-            *([Reflector(kube, gangsources.SOURCES[gangsources.JOB].path, "jobs", self._job_entry,
-                         self._replace_jobs, self._apply_job, restart, optional=True)]
-              if gangsources.JOB in self.gang_sources else []),
+            # Indexed Jobs and JobSets size their automatic gangs; without RBAC
+            # for them (or their CRD) their pods wait as members of an owner not found.
+            *(Reflector(kube, gangsources.SOURCES[name].path, gangsources.SOURCES[name].plural,
+                        functools.partial(self._owner_entry, source=name),
+                        functools.partial(self._replace_owners, source=name),
+                        functools.partial(self._apply_owner, source=name), restart, optional=True)
+              for name in gangsources.OWNER_SIZED if name in self.gang_sources),
             Reflector(kube, QUEUES_PATH, "queues", self._queue_entry, self._replace_queues, self._apply_queue,
                       restart, optional=True),
             Reflector(kube, "/api/v1/pods", "pods", self._pod_entry, self._replace_pods, self._apply_pod, restart),
@@ -664,38 +668,61 @@ class ClusterCache:
             self._convert_group(key, obj)
         self._notify()
 
-    # ---- Jobs (automatic gangs) ----------------------------------------------------
+    # ---- owners sizing automatic gangs: Jobs, JobSets ---------------------------------
 
-    @staticmethod
-    def _job_entry(obj: dict) -> tuple[str, GroupSpec] | None:
-        """An Indexed Job as its gang's spec (held like a PodGroup's, never
-        raw: nothing is written to a Job); None for any other Job."""
-        spec = jobs.group_from_json(obj)
-        return None if spec is None else (spec.key, spec)
-
-    def _replace_jobs(self, listed: dict[str, GroupSpec]) -> None:
-        for key in [k for k in self.groups if gangsources.source_of_key(k) == gangsources.JOB and k not in listed]:
-            del self.groups[key]
-            self.touched_gangs.add(key)
-        for key, spec in listed.items():
-            self._put_job(key, spec)
-        self._notify()
-
-    def _apply_job(self, event_type: str, obj: dict) -> None:
+    def _owner_entry(self, obj: dict, source: str) -> tuple[str, tuple[GroupSpec | str, dict]] | None:
+        """An owner as its gang's spec, or why it makes none, with a reference
+        to it for Events (held like a PodGroup's spec, never raw: nothing is
+        written to it); None for an owner that is no gang (a Job that is not
+        Indexed)."""
         meta = obj.get("metadata") or {}
-        key = gangsources.gang_key(str(meta.get("namespace", "")), gangsources.JOB, str(meta.get("name", "")))
-        entry = None if event_type == "DELETED" else self._job_entry(obj)
-        if entry is None:
-            if self.groups.pop(key, None) is not None:
-                self.touched_gangs.add(key)
-        else:
-            self._put_job(key, entry[1])
+        namespace, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
+        try:
+            spec = _OWNER_READERS[source](obj)
+        except ValueError as exc:
+            spec = clip(str(exc), MAX_PROBLEM_LENGTH)
+        if spec is None:
+            return None
+        api = gangsources.SOURCES[source]
+        ref = {"apiVersion": api.api_version, "kind": api.kind, "namespace": namespace, "name": name,
+               "uid": str(meta.get("uid", ""))}
+        return gangsources.gang_key(namespace, source, name), (spec, ref)
+
+    def _replace_owners(self, listed: dict[str, tuple[GroupSpec | str, dict]], source: str) -> None:
+        for key in [k for k in {*self.groups, *self.invalid_groups}
+                    if gangsources.source_of_key(k) == source and k not in listed]:
+            self._drop_owner(key)
+        for key, (spec, ref) in listed.items():
+            self._put_owner(key, spec, ref)
         self._notify()
 
-    def _put_job(self, key: str, spec: GroupSpec) -> None:
+    def _apply_owner(self, event_type: str, obj: dict, source: str) -> None:
+        meta = obj.get("metadata") or {}
+        key = gangsources.gang_key(str(meta.get("namespace", "")), source, str(meta.get("name", "")))
+        entry = None if event_type == "DELETED" else self._owner_entry(obj, source)
+        if entry is None:
+            self._drop_owner(key)
+        else:
+            self._put_owner(key, *entry[1])
+        self._notify()
+
+    def _drop_owner(self, key: str) -> None:
+        self.owner_refs.pop(key, None)
+        if self.groups.pop(key, None) is not None or self.invalid_groups.pop(key, None) is not None:
+            self.touched_gangs.add(key)
+
+    def _put_owner(self, key: str, spec: GroupSpec | str, ref: dict) -> None:
         """Its gang is touched only when its size changed: a Job's status
         changes with every pod it starts, which mostly leaves the size be."""
-        if self.groups.get(key) != spec:
+        self.owner_refs[key] = ref
+        if isinstance(spec, str):
+            if self.invalid_groups.get(key) != spec:
+                log.warning("%s is no gang: %s", key, spec)
+                self.groups.pop(key, None)
+                self.invalid_groups[key] = spec
+                self.touched_gangs.add(key)
+        elif self.groups.get(key) != spec or key in self.invalid_groups:
+            self.invalid_groups.pop(key, None)
             self.groups[key] = spec
             self.touched_gangs.add(key)
 
@@ -814,6 +841,13 @@ _GROUP_READERS: dict[str, Callable[[dict, int | None], GroupSpec]] = {
     gangsources.SCHEDULER_PLUGINS: lambda obj, priority: schedulerplugins.group_from_json(obj),
     gangsources.VOLCANO: volcano.group_from_json,
     gangsources.NATIVE: native.group_from_json,
+}
+
+
+# source -> owner JSON -> its automatic gang's spec (None: no gang); raises ValueError
+_OWNER_READERS: dict[str, Callable[[dict], GroupSpec | None]] = {
+    gangsources.JOB: jobs.group_from_json,
+    gangsources.JOBSET: jobsets.group_from_json,
 }
 
 

@@ -18,7 +18,7 @@ from batchsched.core.cycle import (
     Verdict, schedule_cycle,
 )
 from batchsched.core.gangsources import NATIVE, OWN, SCHEDULER_PLUGINS, SOURCES, VOLCANO, source_of_key
-from batchsched.core.gangsources import native, schedulerplugins, volcano
+from batchsched.core.gangsources import jobsets, native, schedulerplugins, volcano
 from batchsched.core.gangs import (
     REASON_FOREIGN_MEMBERS, effective_priority, foreign_members, foreign_note, foreign_pod_message,
     no_members_message,
@@ -272,7 +272,8 @@ class Scheduler:
         bound = {key: sum(1 for p in self.cache.members(key) if p.holds_resources and not p.terminating)
                  for key in keys}
         return {key: snapshot.now - self.queue.waited(key, snapshot.now) for key in keys
-                if bound.get(key, 0) < (snapshot.groups[key].min_member if key in snapshot.groups else 1)}
+                if bound.get(key, 0) < (jobsets.started(snapshot.groups[key], self.cache.members(key)).min_member
+                                        if key in snapshot.groups else 1)}
 
     def _count_attempts(self, plan: CyclePlan) -> None:
         for verdict in plan.verdicts.values():
@@ -449,8 +450,10 @@ class Scheduler:
             log.info("%s: %s", verdict.reason, verdict.message,
                      extra=decision(key, pods.get(key, ()), reason=verdict.reason))
             obj = self.cache.groups_raw.get(key)
-            if obj is not None:
-                self.events.emit(group_ref(obj), "Normal" if verdict.scheduled else "Warning",
+            # An automatic gang's verdict goes on its owner (Job, JobSet), as kubectl describe shows it there.
+            ref = group_ref(obj) if obj is not None else self.cache.owner_refs.get(key)
+            if ref is not None:
+                self.events.emit(ref, "Normal" if verdict.scheduled else "Warning",
                                  "Scheduled" if verdict.scheduled else "FailedScheduling", verdict.message)
         for key in changed | touched:
             obj = self.cache.groups_raw.get(key)

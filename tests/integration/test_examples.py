@@ -43,9 +43,10 @@ FRAMEWORKS = sorted((ROOT / "examples" / "frameworks").glob("*.yaml"))
 
 @pytest.fixture(scope="module")
 def framework_crds(foreign_podgroup_crds):
-    """The CRDs the framework examples name: scheduler-plugins', Volcano's and Kueue's."""
-    from tests.support import kueue
+    """The CRDs the framework examples name: scheduler-plugins', Volcano's, Kueue's and JobSet's."""
+    from tests.support import jobset, kueue
     kueue.install_crds(foreign_podgroup_crds, kueue.module_dir())
+    jobset.install_crds(foreign_podgroup_crds, jobset.module_dir())
     return foreign_podgroup_crds
 
 

@@ -132,3 +132,55 @@ def leader_worker_set_group(lws: str, namespace: str, group: int, size: int, gpu
                   {LWS_SIZE_ANNOTATION: str(size), "leaderworkerset.sigs.k8s.io/leader-name": leader})
              for w in range(1, size)]
     return pods
+
+
+JOBSET_API = "jobset.x-k8s.io/v1alpha2"
+JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
+REPLICATED_JOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
+
+
+def jobset(name: str, namespace: str, replicated: list[tuple[str, int, int, int]], in_order: bool = False,
+           auto_gang: str | None = "true", scheduler: str = "batchsched") -> dict:
+    """A JobSet (sigs.k8s.io/jobset v1alpha2) for its real controller:
+    ``replicated`` lists (name, replicas, parallelism, GPUs per pod) of its
+    replicated Jobs, each an Indexed Job whose pod template asks batchsched
+    for an automatic gang (None leaves the label out)."""
+    jobs = []
+    for job_name, replicas, parallelism, gpus in replicated:
+        template = indexed_job("", namespace, parallelism, gpus, auto_gang=auto_gang, scheduler=scheduler)
+        jobs.append({"name": job_name, "replicas": replicas, "template": {"spec": template["spec"]}})
+    spec: dict[str, Any] = {"replicatedJobs": jobs}
+    if in_order:
+        spec["startupPolicy"] = {"startupPolicyOrder": "InOrder"}
+    return {"apiVersion": JOBSET_API, "kind": "JobSet", "metadata": {"name": name, "namespace": namespace},
+            "spec": spec}
+
+
+def jobset_controller_pods(js: dict, uid: str = "jobset-uid", only: tuple[str, ...] = ()) -> list[dict]:
+    """The pods the JobSet controller's Jobs get from the Job controller
+    (sigs.k8s.io/jobset pkg/controllers: Job ``<jobset>-<replicatedJob>-<index>``,
+    labels and annotations jobset-name, jobset-uid, replicatedjob-name,
+    replicatedjob-replicas, job-index, job-global-index, global-replicas on the
+    Job and its pod template); ``only``: the replicated Jobs created so far
+    (all when empty)."""
+    name, namespace = js["metadata"]["name"], js["metadata"]["namespace"]
+    replicated = js["spec"]["replicatedJobs"]
+    total = sum(r["replicas"] for r in replicated)
+    pods, global_index = [], 0
+    for r in replicated:
+        for index in range(r["replicas"]):
+            stamp = {JOBSET_NAME_LABEL: name, "jobset.sigs.k8s.io/jobset-uid": uid, REPLICATED_JOB_LABEL: r["name"],
+                     "jobset.sigs.k8s.io/replicatedjob-replicas": str(r["replicas"]),
+                     "jobset.sigs.k8s.io/job-index": str(index),
+                     "jobset.sigs.k8s.io/job-global-index": str(global_index),
+                     "jobset.sigs.k8s.io/global-replicas": str(total)}
+            global_index += 1
+            if only and r["name"] not in only:
+                continue
+            template = copy.deepcopy(r["template"]["spec"]["template"])
+            template["metadata"] = {"labels": {**template["metadata"].get("labels", {}), **stamp},
+                                    "annotations": {**template["metadata"].get("annotations", {}), **stamp}}
+            job = {"metadata": {"name": f"{name}-{r['name']}-{index}", "namespace": namespace},
+                   "spec": {**r["template"]["spec"], "template": template}}
+            pods += job_controller_pods(job, uid=f"{uid}-{r['name']}-{index}")
+    return pods

@@ -13,11 +13,13 @@ from batchsched.config import SchedulerConfig
 from batchsched.core import gangsources
 from batchsched.core.cycle import schedule_cycle
 from batchsched.core.gangs import GangIndex
-from batchsched.core.gangsources import jobs
+from batchsched.core.gangsources import jobs, jobsets
 from batchsched.core.model import pod_from_json
 from batchsched.core.queueing.queue import GangQueue
 from batchsched.shell.cache import ClusterCache
-from tests.support.frameworks import indexed_job, job_controller_pods, leader_worker_set_group
+from tests.support.frameworks import (
+    indexed_job, job_controller_pods, jobset, jobset_controller_pods, leader_worker_set_group,
+)
 from tests.unit.cache_support import relist
 
 ALL = frozenset(gangsources.PRECEDENCE)
@@ -199,3 +201,139 @@ def test_kueues_group_on_leader_worker_set_pods_wins_and_lws_groups_are_opt_in()
     everyone = leader_worker_set_group("serve", "train", 0, 2, 8, auto_gang=None)
     assert {p.gang_key for p in lws_cache(everyone, 2, autoGangs={"leaderWorkerSets": "always"}).pods.values()} \
         == {"train/leaderworkerset:serve-0"}
+
+
+JOBSET_KEY = "train/jobset:llama"
+
+
+def listed_jobset(in_order: bool = False, **kwargs) -> dict:
+    """1 launcher (no GPU) + 4 workers x 8 GPUs, as JobSet users write MPI-style training."""
+    js = jobset("llama", "train", [("launcher", 1, 1, 0), ("workers", 1, 4, 8)], in_order=in_order, **kwargs)
+    js["metadata"].update(uid="jobset-uid", creationTimestamp="2024-01-01T00:00:00Z")
+    return js
+
+
+def jobset_cache(js_list: list[dict], pods: list[dict], node_count: int, **config) -> ClusterCache:
+    sources = SchedulerConfig.model_validate({"gangSources": config}).gang_sources
+    cache = asyncio.run(_new(sources.enabled(), sources.auto_always()))
+    relist(cache, "nodes", nodes(node_count))
+    if gangsources.JOBSET in cache.gang_sources:
+        relist(cache, "jobsets", js_list)
+    relist(cache, "pods", pods)
+    return cache
+
+
+def test_a_jobset_is_one_gang_of_all_its_replicated_jobs_bound_whole():
+    js = listed_jobset()
+    cache = jobset_cache([js], jobset_controller_pods(js), 4)
+    gang = GangIndex(cache.snapshot(0.0))[JOBSET_KEY]
+    assert (gang.min_member, len(gang.pending), gang.problem) == (5, 5, None)
+    placed = cycle(cache).bindings
+    assert len(placed) == 5 and {b.gang_key for b in placed} == {JOBSET_KEY}
+    assert cache.owner_refs[JOBSET_KEY] == {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+                                            "namespace": "train", "name": "llama", "uid": "jobset-uid"}
+
+
+def test_nothing_of_a_jobset_binds_while_a_pod_is_missing_or_cannot_be_placed():
+    js = listed_jobset()
+    assert cycle(jobset_cache([js], jobset_controller_pods(js)[:4], 4)).bindings == []
+    plan = cycle(jobset_cache([js], jobset_controller_pods(js), 3))
+    assert plan.bindings == [] and plan.verdicts[JOBSET_KEY].reason == "ExceedsClusterCapacity"
+
+
+@pytest.mark.parametrize("replicated, expected", [
+    ([("a", 1, 1, 0), ("b", 2, 4, 8)], 9),
+    ([("a", 3, 2, 8)], 6),
+    ([("a", 0, 4, 8), ("b", 1, 1, 8)], 1),   # replicas 0: that replicated Job makes no pod
+])
+def test_a_jobsets_size_is_replicas_times_pods_at_once_summed(replicated, expected):
+    spec = jobsets.group_from_json(jobset("x", "train", replicated))
+    assert (spec.key, spec.min_member, spec.stages) == ("train/jobset:x", expected, ())
+
+
+def test_completions_below_parallelism_bound_what_a_replicated_job_runs_at_once():
+    js = jobset("x", "train", [("a", 2, 4, 8)])
+    js["spec"]["replicatedJobs"][0]["template"]["spec"]["completions"] = 3
+    assert jobsets.group_from_json(js).min_member == 6
+
+
+def test_a_jobset_started_in_order_is_a_gang_of_its_started_stages():
+    js = listed_jobset(in_order=True)
+    assert jobsets.group_from_json(js).stages == (("launcher", 1), ("workers", 4))
+    # The controller made the launcher's Job only: the gang is the launcher, and it binds.
+    launcher = jobset_controller_pods(js, only=("launcher",))
+    cache = jobset_cache([js], launcher, 4)
+    assert [b.pod_name for b in cycle(cache).bindings] == [launcher[0]["metadata"]["name"]]
+    # Once it runs the workers' Job is made: the 4 workers bind at once beside the bound launcher.
+    launcher[0]["spec"]["nodeName"], launcher[0]["status"]["phase"] = "n0", "Running"
+    cache = jobset_cache([js], launcher + jobset_controller_pods(js, only=("workers",)), 5)
+    gang = GangIndex(cache.snapshot(0.0))[JOBSET_KEY]
+    assert (gang.min_member, gang.need) == (5, 4)
+    assert len(cycle(cache).bindings) == 4
+    # A worker still missing: none binds.
+    cache = jobset_cache([js], launcher + jobset_controller_pods(js, only=("workers",))[:3], 5)
+    assert cycle(cache).bindings == []
+
+
+def test_a_stage_whose_pods_all_ended_no_longer_counts():
+    js = listed_jobset()
+    js["spec"]["replicatedJobs"][1]["dependsOn"] = [{"name": "launcher", "status": "Complete"}]
+    launcher = jobset_controller_pods(js, only=("launcher",))
+    launcher[0]["spec"]["nodeName"], launcher[0]["status"]["phase"] = "n0", "Succeeded"
+    cache = jobset_cache([js], launcher + jobset_controller_pods(js, only=("workers",)), 4)
+    gang = GangIndex(cache.snapshot(0.0))[JOBSET_KEY]
+    assert (gang.min_member, gang.need) == (4, 4)
+    assert len(cycle(cache).bindings) == 4
+
+
+def test_the_jobset_gang_wins_over_its_jobs_gangs_and_without_it_each_job_is_one():
+    js = listed_jobset()
+    pods = jobset_controller_pods(js)
+    assert {pod_from_json(p, ALL).gang_key for p in pods} == {JOBSET_KEY}
+    without = {pod_from_json(p, ALL - {gangsources.JOBSET}).gang_key for p in pods}
+    assert without == {"train/job:llama-launcher-0", "train/job:llama-workers-0"}
+
+
+@pytest.mark.parametrize("mode, label, grouped", [
+    ("optIn", "true", True), ("optIn", None, False), ("always", None, True), ("always", "false", False),
+    ("never", "true", False),
+])
+def test_jobset_gangs_are_opt_in_per_template_or_by_config(mode, label, grouped):
+    js = listed_jobset(auto_gang=label)
+    cache = jobset_cache([js], jobset_controller_pods(js), 4, autoGangs={"jobSets": mode, "jobs": "never"})
+    assert ({p.gang_key for p in cache.pods.values()} == {JOBSET_KEY}) == grouped
+    assert any(r.kind == "jobsets" for r in cache.reflectors(None)) == (mode != "never")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("spec, why", [
+    ({}, "spec.replicatedJobs: 1 to 64 entries expected"),
+    ({"replicatedJobs": [{"name": "a", "replicas": -1}]}, "spec.replicatedJobs[0].replicas: a count from 0 to 100000"),
+    ({"replicatedJobs": [{"name": "a", "replicas": "2"}]}, "spec.replicatedJobs[0].replicas: a count"),
+    ({"replicatedJobs": [{"name": "a", "template": {"spec": {"parallelism": 1e9}}}]},
+     "spec.replicatedJobs[0].template.spec.parallelism: a count"),
+    ({"replicatedJobs": [{"replicas": 1}]}, "spec.replicatedJobs[0]: a name expected"),
+    ({"replicatedJobs": ["x"]}, "spec.replicatedJobs[0]: a name expected"),
+])
+def test_a_jobset_that_makes_no_sense_keeps_its_pods_waiting_and_says_why(spec, why):
+    js = listed_jobset()
+    pods = jobset_controller_pods(js)
+    js["spec"] = spec
+    cache = jobset_cache([js], pods, 4)
+    plan = cycle(cache)
+    assert plan.bindings == []
+    assert plan.verdicts[JOBSET_KEY].reason == "InvalidPodGroup" and plan.verdicts[JOBSET_KEY].message.startswith(why)
+
+
+def test_a_jobset_event_changes_the_gang_only_when_its_size_does():
+    js = listed_jobset()
+    cache = jobset_cache([js], [], 0)
+    reflector = next(r for r in cache.reflectors(None) if r.kind == "jobsets")  # type: ignore[arg-type]
+    cache.drain_changes()
+    js["status"] = {"replicatedJobsStatus": [{"name": "workers", "active": 1}]}
+    reflector.apply("MODIFIED", js)
+    assert cache.drain_changes()[0] == set()
+    js["spec"]["replicatedJobs"][1]["replicas"] = 2
+    reflector.apply("MODIFIED", js)
+    assert cache.drain_changes()[0] == {JOBSET_KEY} and cache.groups[JOBSET_KEY].min_member == 9
+    reflector.apply("DELETED", js)
+    assert JOBSET_KEY not in cache.groups and JOBSET_KEY not in cache.owner_refs

@@ -242,6 +242,61 @@ def test_a_foreign_gang_binds_whole_once_its_quorum_exists_and_not_before():
     assert len({b.node_name for b in plan.bindings if b.pod_name != "c-head"}) == 2  # 8 GPUs each
 
 
+def ray_cache(node_gpus: list[int], group: dict, pods: list[dict], head_cpu: str | None = None) -> ClusterCache:
+    cache = asyncio.run(new_cache())
+    relist(cache, "nodes", [{"metadata": {"name": f"n{i}"},
+                             "status": {"allocatable": {"cpu": "64", "memory": "512Gi", "pods": "110",
+                                                        "nvidia.com/gpu": str(gpus)},
+                                        "conditions": [{"type": "Ready", "status": "True"}]}}
+                            for i, gpus in enumerate(node_gpus)])
+    relist(cache, "podgroups.scheduling.volcano.sh", [group])
+    if head_cpu:
+        pods[0]["spec"]["containers"][0]["resources"]["requests"]["cpu"] = head_cpu
+    relist(cache, "pods", pods)
+    return cache
+
+
+def test_min_task_member_holds_the_gang_until_each_task_has_its_members():
+    group = volcano_group("ray-c-pg", minMember=2, minTaskMember={"headgroup": 1, "gpu-workers": 2})
+    assert volcano.group_from_json(group).min_member == 3  # at least the tasks' sum: they are disjoint
+    assert volcano.group_from_json(group).min_task_members == (("gpu-workers", 2), ("headgroup", 1))
+    pods = kuberay_volcano_pods("c", 3)
+    plan = schedule_cycle(ray_cache([8, 8, 8], group, pods[1:]).snapshot(0.0), GangQueue())  # no head yet
+    verdict = plan.verdicts["train/volcano:ray-c-pg"]
+    assert plan.bindings == [] and verdict.reason == "QuorumNotReached"
+    assert verdict.message.endswith("; task headgroup has 0/1 members (minTaskMember)")
+    plan = schedule_cycle(ray_cache([8, 8, 8], group, pods).snapshot(0.0), GangQueue())
+    assert sorted(b.pod_name for b in plan.bindings) == ["c-gpu-worker-0", "c-gpu-worker-1", "c-gpu-worker-2",
+                                                         "c-head"]
+
+
+def test_a_plan_short_of_a_tasks_minimum_binds_nothing():
+    # Room for the 3 workers (minMember 3 reached) but not for the head: without
+    # minTaskMember the workers would bind; with it nothing does, and it says why.
+    pods = kuberay_volcano_pods("c", 3)
+    loose = volcano_group("ray-c-pg", minMember=3)
+    plan = schedule_cycle(ray_cache([8, 8, 8], loose, pods, head_cpu="100").snapshot(0.0), GangQueue())
+    assert sorted(b.pod_name for b in plan.bindings) == ["c-gpu-worker-0", "c-gpu-worker-1", "c-gpu-worker-2"]
+    strict = volcano_group("ray-c-pg", minMember=3, minTaskMember={"headgroup": 1})
+    plan = schedule_cycle(ray_cache([8, 8, 8], strict, kuberay_volcano_pods("c", 3), head_cpu="100")
+                          .snapshot(0.0), GangQueue())
+    verdict = plan.verdicts["train/volcano:ray-c-pg"]
+    assert plan.bindings == [] and verdict.reason == "Unschedulable"
+    assert verdict.message.startswith("Gang train/volcano:ray-c-pg needs 3 pods placed at once, 1 of them of task "
+                                      "headgroup (minTaskMember); the best plan found places 0 of that task: 0/3 "
+                                      "nodes are available")
+
+
+def test_members_of_a_task_already_bound_count_toward_its_minimum():
+    group = volcano_group("ray-c-pg", minMember=3, minTaskMember={"headgroup": 1, "gpu-workers": 2})
+    pods = kuberay_volcano_pods("c", 2)
+    pods[0]["spec"]["nodeName"], pods[0]["status"] = "n0", {"phase": "Running"}  # the head runs already
+    cache = ray_cache([8, 8, 8], group, pods)
+    gang = GangIndex(cache.snapshot(0.0))["train/volcano:ray-c-pg"]
+    assert (gang.need, gang.task_need) == (2, {"gpu-workers": 2})
+    assert len(schedule_cycle(cache.snapshot(0.0), GangQueue()).bindings) == 2
+
+
 # ---- status in their vocabularies ---------------------------------------------------------
 
 @pytest.mark.parametrize("phase, counters, expected", [

@@ -20,6 +20,11 @@
   workers of one LeaderWorkerSet group (labels
   ``leaderworkerset.sigs.k8s.io/name`` and ``group-index``), minMember their
   annotation ``leaderworkerset.sigs.k8s.io/size`` (``stated_size.py``).
+* ``jobset``: an automatic gang, no PodGroup object: the pods of one JobSet
+  (label ``jobset.sigs.k8s.io/jobset-name``), its size read from the JobSet
+  (the sum over its replicated Jobs of replicas x pods each runs at once);
+  a JobSet that starts its replicated Jobs in turn (``startupPolicyOrder:
+  InOrder`` or ``dependsOn``) is a gang of the stages started (``jobsets.py``).
 * ``job``: an automatic gang, no PodGroup object: the pods of one indexed
   Job (label ``batch.kubernetes.io/job-name``, annotation
   ``batch.kubernetes.io/job-completion-index``), its size read from the Job
@@ -35,7 +40,8 @@ label is the one written for batchsched alone, then the native
 Kueue's group label (an admission grouping, which a scheduler's PodGroup
 on the same pods refines), then the automatic gangs: they come from who
 made the pods, which says least about what the user asked, so any explicit
-grouping on the same pods wins.
+grouping on the same pods wins.  Among them the JobSet comes before the Job:
+a JobSet's pods are also its Jobs' pods, and the JobSet is the whole job.
 
 This module only names things and reads pods; each foreign source's
 PodGroup is read (and its status written) by its own module here.
@@ -53,10 +59,13 @@ SCHEDULER_PLUGINS = "scheduler-plugins"
 VOLCANO = "volcano"
 KUEUE = "kueue"
 LEADER_WORKER_SET = "leaderworkerset"
+JOBSET = "jobset"
 JOB = "job"
-PRECEDENCE = (OWN, NATIVE, SCHEDULER_PLUGINS, VOLCANO, KUEUE, LEADER_WORKER_SET, JOB)
+PRECEDENCE = (OWN, NATIVE, SCHEDULER_PLUGINS, VOLCANO, KUEUE, LEADER_WORKER_SET, JOBSET, JOB)
 # Automatic gangs: formed from the pods' owner, not from an object made to group them.
-AUTOMATIC = frozenset({LEADER_WORKER_SET, JOB})
+AUTOMATIC = frozenset({LEADER_WORKER_SET, JOBSET, JOB})
+# Automatic gangs sized by their owner object, read by a watch of the owners' collection.
+OWNER_SIZED = (JOBSET, JOB)
 
 
 @dataclass(frozen=True)
@@ -115,6 +124,9 @@ SOURCES: Mapping[str, GangSource] = {
                                   index_label="leaderworkerset.sigs.k8s.io/group-index",
                                   size_annotation="leaderworkerset.sigs.k8s.io/size",
                                   group_words="LeaderWorkerSet group"),
+    # The JobSet controller's label (on its Jobs and their pods); its status is the JobSet controller's.
+    JOBSET: GangSource(JOBSET, "jobset.x-k8s.io", "v1alpha2", "jobset.sigs.k8s.io/jobset-name", False, False,
+                       podgroups=False, plural="jobsets", kind="JobSet"),
     # The Job controller's label; a Job has no status of ours to write.
     JOB: GangSource(JOB, "batch", "v1", "batch.kubernetes.io/job-name", False, False, podgroups=False,
                     plural="jobs", kind="Job"),
@@ -122,6 +134,8 @@ SOURCES: Mapping[str, GangSource] = {
 
 # Longer values cannot be an object name: such a pod is not in any gang of that source.
 MAX_GROUP_NAME = 253
+# A pod's role in a Volcano gang, which its PodGroup's minTaskMember counts by.
+VOLCANO_TASK_ANNOTATION = "volcano.sh/task-spec"
 # The most pods a gang states on its pods (stated_size.py), as our PodGroup's minMember.
 MAX_TOTAL_COUNT = 100_000
 # The Job controller writes it on the pods of Indexed Jobs only: a NonIndexed

@@ -3,10 +3,12 @@ a GroupSpec, and its status in its own vocabulary.
 
 ``queue`` names the batchsched Queue the gang is admitted through
 (docs/queues.md; Volcano's ``default`` queue is batchsched's default one too).
-``minTaskMember`` is validated, not applied: batchsched places ``minMember``
-members at once whatever their task roles (KubeRay's and Trainer's PodGroups ask for every
-pod, so each role is whole anyway).  ``networkTopology`` and
-``subGroupPolicy`` are not read.
+``minTaskMember`` counts members by their task (annotation
+``volcano.sh/task-spec``): the gang is ready only when each task has that
+many live members, and a plan binds only if, with the members already bound,
+it holds that many of each; minMember is at least their sum (the tasks are
+disjoint sets of pods).  ``networkTopology`` and ``subGroupPolicy`` are not
+read.
 """
 from __future__ import annotations
 
@@ -43,6 +45,10 @@ def group_from_json(obj: Mapping[str, Any], priority: int | None = None) -> Grou
     Raises ValueError naming each field that makes no sense."""
     spec = validate_spec(Spec, obj.get("spec"))
     read = group_spec(obj, VOLCANO, spec.min_member, spec.min_resources, priority, spec.priority_class_name or "")
+    tasks = tuple(sorted((task, count) for task, count in (spec.min_task_member or {}).items() if count))
+    if tasks:
+        read = replace(read, min_task_members=tasks,
+                       min_member=max(read.min_member, min(MAX_MIN_MEMBER, sum(c for _, c in tasks))))
     return replace(read, queue=spec.queue) if spec.queue else read
 
 

@@ -228,6 +228,14 @@ def _plan_in_a_domain(shapes: Sequence[_Shape], need: int, capacity: CapacityInd
                                f"the best, {best_domain}, fits only {best_placed}")
 
 
+def _tasks_short(placed: Sequence[Assignment], task_need: Mapping[str, int]) -> tuple[str, int, int] | None:
+    """(task, placed, needed) of the first task the plan holds too few of, or None."""
+    if not task_need:
+        return None
+    placed_of = Counter(a.pod.task for a in placed)
+    return next(((task, placed_of[task], n) for task, n in sorted(task_need.items()) if placed_of[task] < n), None)
+
+
 def _pods(n: int) -> str:
     return f"{n} pod" if n == 1 else f"{n} pods"
 
@@ -327,6 +335,7 @@ def plan_gang(
     policy: TopologyPolicy = TopologyPolicy(),
     bound_on: Collection[str] = frozenset(),
     cluster_total: Mapping[str, int] | None = None,
+    task_need: Mapping[str, int] | None = None,
 ) -> GangPlan | PlanFailure:
     """Place at least ``need`` of ``pods`` at once, or explain why not.
 
@@ -338,6 +347,8 @@ def plan_gang(
     ``reserved`` are not used.  A gang that could not fit even on empty
     nodes (``never_fits``; ``cluster_total``, every node's allocatable
     summed, adds the check of totals) fails without planning.
+    ``task_need``: task -> how many of the placed pods must be of it
+    (Volcano's minTaskMember, less the members bound).
     """
     gang_key = pods[0].gang_key if pods else ""
     if need > len(pods):
@@ -359,6 +370,13 @@ def plan_gang(
         if len(chosen.placed) < need:
             counts = dict(most.failure_counts or {})
             return PlanFailure(need, len(most.placed), counts, _failure_message(gang_key, need, most, total_nodes))
+    short = _tasks_short(chosen.placed, task_need or {})
+    if short:
+        task, placed, needed = short
+        return PlanFailure(need, len(chosen.placed), dict(chosen.failure_counts or {}),
+                           f"Gang {gang_key} needs {_pods(need)} placed at once, {needed} of them of task "
+                           f"{task} (minTaskMember); the best plan found places {placed} of that task"
+                           + (f": {explain(chosen.failure_counts or {}, total_nodes)}" if chosen.unplaced else "."))
     capacity.commit(chosen.taken, chosen.rooms)
     message = explain(chosen.failure_counts, total_nodes) if chosen.unplaced else ""
     return GangPlan(tuple(chosen.placed), tuple(chosen.unplaced), message)
