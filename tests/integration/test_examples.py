@@ -44,9 +44,9 @@ FRAMEWORKS = sorted((ROOT / "examples" / "frameworks").glob("*.yaml"))
 @pytest.fixture(scope="module")
 def framework_crds(foreign_podgroup_crds):
     """The CRDs the framework examples name: scheduler-plugins', Volcano's, Kueue's and JobSet's."""
-    from tests.support import jobset, kueue
-    kueue.install_crds(foreign_podgroup_crds, kueue.module_dir())
-    jobset.install_crds(foreign_podgroup_crds, jobset.module_dir())
+    from tests.support import controllers, jobset, kueue
+    for module in (kueue.MODULE, jobset.MODULE):
+        controllers.install_crds(foreign_podgroup_crds, controllers.module_dir(*module))
     return foreign_podgroup_crds
 
 

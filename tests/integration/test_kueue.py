@@ -24,10 +24,10 @@ def kueue_binary() -> str:
     return str(localcluster.build_all()["kueue"])
 
 
-def queue_setup(env, gpus: int) -> None:
+def queue_setup(env, gpus: int, flavor_spec: dict | None = None) -> None:
     flavor, cluster_queue = f"rf-{env.id}", f"cq-{env.id}"
     env.add_cluster_object({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
-                            "metadata": {"name": flavor}, "spec": {}})
+                            "metadata": {"name": flavor}, "spec": flavor_spec or {}})
     env.add_cluster_object({
         "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": cluster_queue},
         "spec": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": env.namespace}},
@@ -39,12 +39,13 @@ def queue_setup(env, gpus: int) -> None:
                 "spec": {"clusterQueue": cluster_queue}})
 
 
-def kueue_group(env, group: str, size: int, gpus: int) -> list[str]:
+def kueue_group(env, group: str, size: int, gpus: int, annotations: dict | None = None) -> list[str]:
     names = []
     for i in range(size):
         obj = pod(f"{group}-{i}", env.namespace, cpu="1", gpus=gpus,
                   labels={"kueue.x-k8s.io/queue-name": "lq", "kueue.x-k8s.io/pod-group-name": group})
-        obj["metadata"].setdefault("annotations", {})["kueue.x-k8s.io/pod-group-total-count"] = str(size)
+        obj["metadata"].setdefault("annotations", {}).update(
+            {"kueue.x-k8s.io/pod-group-total-count": str(size), **(annotations or {})})
         names.append(env.create(obj)["metadata"]["name"])
     return names
 
@@ -85,6 +86,34 @@ def test_kueue_admits_within_quota_and_batchsched_binds_each_admitted_group_whol
         wait_for("group b bound", lambda: sorted(n for n in env.bound() if n in second) == second, timeout=90)
         assert _workload_condition(env, "b", "Admitted") == "True"
         wait_for("a finished for Kueue", lambda: _workload_condition(env, "a", "Finished") == "True", timeout=30)
+
+
+def test_under_kueue_topology_aware_scheduling_kueue_pins_the_node_and_batchsched_picks_the_gpus(
+        env, kube, kubeconfig, kueue_binary, start_scheduler, tmp_path):
+    """Kueue's TAS (beta, on by default in v0.17) holds the pods with a second
+    gate, chooses a node for each and writes it as a nodeSelector on
+    kubernetes.io/hostname when it lifts the gate: batchsched keeps that node
+    and chooses only the GPUs in it, for the gang whole."""
+    block = "batchsched.io/e2e-block"
+    nodes = [env.add_node(f"gpu{i}", gpus=8, labels={block: "b0"}) for i in range(3)]
+    topology = f"topo-{env.id}"
+    with running_kueue(kube, kubeconfig, kueue_binary, tmp_path, env.namespace, env.id):
+        env.add_cluster_object({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Topology",
+                                "metadata": {"name": topology},
+                                "spec": {"levels": [{"nodeLabel": block}, {"nodeLabel": "kubernetes.io/hostname"}]}})
+        queue_setup(env, gpus=24, flavor_spec={"nodeLabels": env.node_label, "topologyName": topology})
+        start_scheduler()
+        # Two 4-GPU pods required on one host: Kueue picks it, batchsched the GPUs.
+        names = kueue_group(env, "tas", 2, 4, {"kueue.x-k8s.io/podset-required-topology": "kubernetes.io/hostname"})
+        assert all(any(g["name"] == "kueue.x-k8s.io/topology" for g in p["spec"].get("schedulingGates") or ())
+                   for p in env.pods().values()), "Kueue's TAS gate missing: TAS is not on"
+        wait_for("the TAS group bound", lambda: sorted(n for n in env.bound() if n in names) == names, timeout=90)
+        pods = env.pods()
+        pins = {pods[n]["spec"].get("nodeSelector", {}).get("kubernetes.io/hostname") for n in names}
+        assert len(pins) == 1 and pins <= set(nodes), f"Kueue pinned {pins}"
+        assert {env.bound()[n] for n in names} == pins  # Kueue's node kept
+        ids = [pods[n]["metadata"]["annotations"]["scheduling.batchsched.io/gpu-ids"].split(",") for n in names]
+        assert [len(i) for i in ids] == [4, 4] and not set(ids[0]) & set(ids[1])  # batchsched's GPUs, disjoint
 
 
 def _scheduled_condition(p: dict) -> str:

@@ -37,8 +37,9 @@ def module_dir(module: str, version_key: str) -> Path:
     return Path(json.loads(info)["Dir"])
 
 
-def install_crds(kube: TestKube, directory: Path) -> None:
-    crds = [yaml.safe_load(p.read_text()) for p in sorted(directory.glob("*.yaml"))]
+def install_crds(kube: TestKube, module: Path) -> None:
+    """The CRDs of a kubebuilder module (``config/components/crd/bases``), once established."""
+    crds = [yaml.safe_load(p.read_text()) for p in sorted((module / "config/components/crd/bases").glob("*.yaml"))]
     kube.apply_yaml_objects(crds)
     for crd in crds:
         wait_for(f"CRD {crd['metadata']['name']} established", lambda crd=crd: any(
@@ -91,12 +92,21 @@ def webhook_path(doc: dict) -> str:
     return f"/apis/admissionregistration.k8s.io/v1/{plural}/{doc['metadata']['name']}"
 
 
-def ensure_namespace(kube: TestKube, name: str) -> None:
+def prepare(kube: TestKube, module: tuple[str, str], namespace: str, label: dict, system_namespace: str,
+            certs: Path) -> tuple[Path, bytes]:
+    """Before a manager starts: the CRDs of ``module`` (path, versions.env key)
+    installed, the test ``namespace`` labelled ``label`` for its pod webhooks,
+    its own ``system_namespace`` made, a serving certificate in ``certs``.
+    Returns (the module's directory, the certificate's PEM)."""
+    directory = module_dir(*module)
+    install_crds(kube, directory)
+    kube.merge_patch(f"/api/v1/namespaces/{namespace}", {"metadata": {"labels": label}})
     try:
-        kube.create("/api/v1/namespaces", {"metadata": {"name": name}})
+        kube.create("/api/v1/namespaces", {"metadata": {"name": system_namespace}})
     except KubeError as exc:
         if exc.status != 409:
             raise
+    return directory, certificate(certs)
 
 
 @contextlib.contextmanager

@@ -21,12 +21,7 @@ from tests.support.kube import TestKube
 NAMESPACE_LABEL = "batchsched.io/jobset-e2e"
 
 
-def module_dir() -> Path:
-    return controllers.module_dir("sigs.k8s.io/jobset", "JOBSET_VERSION")
-
-
-def install_crds(kube: TestKube, module: Path) -> None:
-    controllers.install_crds(kube, module / "config/components/crd/bases")
+MODULE = ("sigs.k8s.io/jobset", "JOBSET_VERSION")
 
 
 @contextlib.contextmanager
@@ -34,13 +29,8 @@ def running_jobset(kube: TestKube, kubeconfig: str, binary: str, workdir: Path, 
                    run_id: str) -> Iterator[subprocess.Popen]:
     """The JobSet controller until the block ends; its webhook configurations
     are removed afterwards whatever happened."""
-    module = module_dir()
-    install_crds(kube, module)
-    label = {NAMESPACE_LABEL: run_id}
-    kube.merge_patch(f"/api/v1/namespaces/{namespace}", {"metadata": {"labels": label}})
-    controllers.ensure_namespace(kube, "jobset-system")
-    certs = workdir / "jobset-webhook-certs"
-    ca = controllers.certificate(certs)
+    label, certs = {NAMESPACE_LABEL: run_id}, workdir / "jobset-webhook-certs"
+    module, ca = controllers.prepare(kube, MODULE, namespace, label, "jobset-system", certs)
     port, health = (controllers.localcluster.free_port() for _ in range(2))
     config = {
         "apiVersion": "config.jobset.x-k8s.io/v1alpha1", "kind": "Configuration",

@@ -27,12 +27,7 @@ METRICS_CERTS = Path("/etc/kueue/metrics/certs")
 KUEUE_API = "/apis/kueue.x-k8s.io/v1beta2"
 
 
-def module_dir() -> Path:
-    return controllers.module_dir("sigs.k8s.io/kueue", "KUEUE_VERSION")
-
-
-def install_crds(kube: TestKube, module: Path) -> None:
-    controllers.install_crds(kube, module / "config/components/crd/bases")
+MODULE = ("sigs.k8s.io/kueue", "KUEUE_VERSION")
 
 
 @contextlib.contextmanager
@@ -40,13 +35,8 @@ def running_kueue(kube: TestKube, kubeconfig: str, binary: str, workdir: Path, n
                   run_id: str) -> Iterator[subprocess.Popen]:
     """Kueue managing the plain pods of ``namespace`` until the block ends;
     its webhook configurations are removed afterwards whatever happened."""
-    module = module_dir()
-    install_crds(kube, module)
-    label = {NAMESPACE_LABEL: run_id}
-    kube.merge_patch(f"/api/v1/namespaces/{namespace}", {"metadata": {"labels": label}})
-    controllers.ensure_namespace(kube, "kueue-system")
-    certs = workdir / "webhook-certs"
-    ca = controllers.certificate(certs)
+    label, certs = {NAMESPACE_LABEL: run_id}, workdir / "webhook-certs"
+    module, ca = controllers.prepare(kube, MODULE, namespace, label, "kueue-system", certs)
     METRICS_CERTS.mkdir(parents=True, exist_ok=True)  # (see METRICS_CERTS)
     for name in ("tls.crt", "tls.key"):
         (METRICS_CERTS / name).write_bytes((certs / name).read_bytes())

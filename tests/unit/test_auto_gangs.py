@@ -39,12 +39,14 @@ def listed_job(parallelism: int = 4, completions: int | None = None, succeeded: 
     return job
 
 
-def cache_with(job_list: list[dict], pods: list[dict], node_count: int, **config) -> ClusterCache:
+def cache_with(owners: list[dict], pods: list[dict], node_count: int, owner: str = gangsources.JOB,
+               **config) -> ClusterCache:
+    """A cache that listed ``owners`` (Jobs, or the owner kind of source ``owner``) and ``pods``."""
     sources = SchedulerConfig.model_validate({"gangSources": config}).gang_sources
     cache = asyncio.run(_new(sources.enabled(), sources.auto_always()))
     relist(cache, "nodes", nodes(node_count))
-    if gangsources.JOB in cache.gang_sources:
-        relist(cache, "jobs", job_list)
+    if owner in cache.gang_sources:
+        relist(cache, gangsources.SOURCES[owner].plural, owners)
     relist(cache, "pods", pods)
     return cache
 
@@ -214,13 +216,7 @@ def listed_jobset(in_order: bool = False, **kwargs) -> dict:
 
 
 def jobset_cache(js_list: list[dict], pods: list[dict], node_count: int, **config) -> ClusterCache:
-    sources = SchedulerConfig.model_validate({"gangSources": config}).gang_sources
-    cache = asyncio.run(_new(sources.enabled(), sources.auto_always()))
-    relist(cache, "nodes", nodes(node_count))
-    if gangsources.JOBSET in cache.gang_sources:
-        relist(cache, "jobsets", js_list)
-    relist(cache, "pods", pods)
-    return cache
+    return cache_with(js_list, pods, node_count, owner=gangsources.JOBSET, **config)
 
 
 def test_a_jobset_is_one_gang_of_all_its_replicated_jobs_bound_whole():
