@@ -6,6 +6,8 @@ LeaderWorkerSet group, its pods stamped as the LWS controller stamps them
 (no LWS controller runs here), binds whole once its last worker exists."""
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from tests.integration.test_gang_scheduling import members_bound
@@ -13,7 +15,9 @@ from tests.integration.test_pod_status import wait_all_unschedulable
 from tests.support.frameworks import (
     JOB_INDEX, JOB_NAME_LABEL, JOB_UID_LABEL, indexed_job, leader_worker_set_group,
 )
+from tests.conftest import ROOT
 from tests.support.kube import wait_for
+from tests.support.kubectl import run_kubectl
 
 pytestmark = pytest.mark.e2e
 
@@ -66,3 +70,39 @@ def test_a_leader_worker_set_group_binds_whole_once_its_last_worker_exists(env, 
     env.create(pods[-1])
     wait_for("the whole group bound", lambda: members_bound(env, "serve-") == sorted(p["metadata"]["name"] for p in pods))
     assert sorted(env.bound().values()) == sorted(nodes)
+
+
+def test_a_namespace_labelled_for_automatic_gangs_makes_its_jobs_gangs_with_no_label_on_them(
+        env, kubeconfig, kubectl, start_scheduler, tmp_path):
+    """deploy/auto-gang-namespaces: the admission policy labels the Job
+    controller's pods in a namespace that opted in, so a Job whose author wrote
+    nothing for batchsched is one gang; elsewhere it is not."""
+    (tmp_path / "kustomization.yaml").write_text(
+        f"apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
+        f"components: [{os.path.relpath(ROOT / 'deploy' / 'auto-gang-namespaces', tmp_path)}]\n")
+    run_kubectl(kubectl, kubeconfig, "apply", "-k", str(tmp_path))
+    try:
+        env.kube.merge_patch(f"/api/v1/namespaces/{env.namespace}",
+                             {"metadata": {"labels": {"scheduling.batchsched.io/auto-gang": "true"}}})
+        probe = indexed_job("probe", env.namespace, parallelism=1, gpus=0, auto_gang=None)["spec"]["template"]
+        probe.update(apiVersion="v1", kind="Pod")
+        probe["metadata"].update(name="probe", namespace=env.namespace, ownerReferences=[
+            {"apiVersion": "batch/v1", "kind": "Job", "name": "probe", "uid": "00000000-0000-0000-0000-000000000000"}])
+
+        def labelled() -> bool:  # a dry run: a new policy takes effect once the API server has loaded it
+            made = env.kube.request("POST", f"/api/v1/namespaces/{env.namespace}/pods", body=probe,
+                                    query={"dryRun": "All"})
+            return made["metadata"].get("labels", {}).get("scheduling.batchsched.io/auto-gang") == "true"
+        wait_for("the policy in effect", labelled)
+        for i in range(3):
+            env.add_node(f"gpu{i}", gpus=8)
+        job = env.create(indexed_job("llama", env.namespace, parallelism=4, gpus=8, auto_gang=None))
+        names = job_pods(env, job, 4)
+        start_scheduler()
+        # One gang of 4 x 8 GPUs on 3 nodes: nothing binds (alone, 3 pods would).
+        wait_all_unschedulable(env, names, f"gang {env.namespace}/job:llama (ExceedsClusterCapacity)")
+        assert members_bound(env, "llama-") == []
+        env.add_node("gpu3", gpus=8)
+        wait_for("the whole Job bound", lambda: members_bound(env, "llama-") == names)
+    finally:
+        run_kubectl(kubectl, kubeconfig, "delete", "--ignore-not-found", "-k", str(tmp_path))
