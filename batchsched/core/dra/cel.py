@@ -41,6 +41,7 @@ from celpy import celtypes
 from celpy.evaluation import CELEvalError, bool_eq
 
 from batchsched.core.dra.model import Device, Version
+from batchsched.core.dra.selector import SelectorError
 from batchsched.core.text import clip
 
 MAX_EXPRESSION = 10 * 1024  # resource.k8s.io/v1 CELSelectorExpressionMaxLength
@@ -63,11 +64,6 @@ METHODS = frozenset({
 })
 _NOT_CEL_HERE = {"member_object": "message construction (Type{...})",
                  "dot_ident": "a leading-dot name", "dot_ident_arg": "a leading-dot function call"}
-
-
-class SelectorError(ValueError):
-    """A selector that cannot be used, or that failed on a device; the
-    message says what and why, short enough for a condition."""
 
 
 # ---- Kubernetes' quantity and semver values ---------------------------------

@@ -23,13 +23,16 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Iterable, Mapping
+from typing import TYPE_CHECKING, Iterable, Mapping
 
 from batchsched.api.constants import GPU_RESOURCE
-from batchsched.core.dra.cel import Selector, SelectorError, compile_selector
+from batchsched.core.dra.selector import SelectorError, compile_selector
 from batchsched.core.dra.model import PCI_BUS_ID_ATTRIBUTE, Device, DeviceClass, ResourceSlice
 from batchsched.core.text import clip
 from batchsched.core.topology.model import GpuTopology
+
+if TYPE_CHECKING:
+    from batchsched.core.dra.cel import Selector
 
 NVIDIA_DRIVER = "gpu.nvidia.com"
 _MINOR = re.compile(r"gpu-(\d{1,9})")

@@ -28,7 +28,6 @@ from dataclasses import dataclass
 from itertools import combinations
 from math import comb
 
-import networkx as nx
 
 from batchsched.core.topology.model import GpuTopology
 
@@ -130,6 +129,7 @@ class _Chooser:
         """The best worst-link rank any k of ``candidates`` reach together."""
         if k == 1:
             return NO_LINK
+        import networkx as nx  # (loaded on first use: see GpuTopology.graph)
         graph = self.topology.graph.subgraph(candidates)
         for rank in sorted({self.rank[i][j] for i, j in combinations(candidates, 2)}, reverse=True):
             good = nx.subgraph_view(graph, filter_edge=lambda i, j: self.rank[i][j] >= rank)

@@ -20,11 +20,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
-from typing import Iterable
-
-import networkx as nx
+from typing import TYPE_CHECKING, Iterable
 
 from batchsched.core.text import clip
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 NVLINK_GBPS = 25
 _PCIE = ("SYS", "NODE", "PHB", "PXB", "PIX")  # worst first
@@ -206,6 +207,7 @@ class GpuTopology:
     def graph(self) -> nx.Graph:
         """GPUs as nodes (attribute ``numa``), every pair as an edge with
         attributes ``link``, ``rank`` and ``gbps``."""
+        import networkx as nx  # (loaded on first use: ~0.1 s of the scheduler's start otherwise)
         graph = nx.Graph()
         for gpu in self.gpus:
             graph.add_node(gpu.index, numa=gpu.numa)
@@ -217,6 +219,7 @@ class GpuTopology:
 
     def nvlink_groups(self) -> list[tuple[int, ...]]:
         """GPUs that reach each other over NVLink hops, groups of two or more."""
+        import networkx as nx
         nvlinked = nx.subgraph_view(self.graph, filter_edge=lambda i, j: self.link(i, j).is_nvlink)
         groups = (tuple(sorted(c)) for c in nx.connected_components(nvlinked) if len(c) > 1)
         return sorted(groups)
