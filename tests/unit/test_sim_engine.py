@@ -53,7 +53,7 @@ def test_the_batchsched_policy_runs_the_real_cycle(monkeypatch):
     assert result.jobs_started == 1 and len(calls) == len(result.cycle_seconds) == 1
 
 
-@pytest.mark.parametrize("policy", ["batchsched", "binpack", "random"])
+@pytest.mark.parametrize("policy", ["batchsched", "binpack", "random", "volcano-like", "kai-like"])
 def test_gang_policies_never_bind_a_gang_partially(policy):
     jobs = [training(f"g{i}", 7 * i, 60 + 13 * i, pods=1 + i % 4, gpus=(2, 4, 8)[i % 3]) for i in range(40)]
     chosen = BatchschedPolicy() if policy == "batchsched" else baseline(policy, seed=3)
