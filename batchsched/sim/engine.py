@@ -303,9 +303,11 @@ class Simulation:
 
     # ---- the loop ---------------------------------------------------------------
 
-    def run(self, until: float = math.inf, progress: TerminalProgress | None = None) -> SimResult:
+    def run(self, until: float = math.inf, progress: TerminalProgress | None = None,
+            phase: str | None = None) -> SimResult:
         """Run until nothing more happens, or up to simulated time ``until``;
-        ``progress`` shows how far it got while it works."""
+        ``progress`` shows how far it got while it works, named ``phase``
+        (default: the policy's name)."""
         last_cycle, last_change, dirty = -math.inf, self.now, True
         start = self.now
         while True:
@@ -339,7 +341,7 @@ class Simulation:
                 self.recorder.observe(self.now, self.busy_gpus)
             self.recorder.reserved(self.now, plan.reservation)
             if progress is not None:
-                progress.update(self.policy.name, self.now - start, len(self.placed), self.total_pods)
+                progress.update(phase or self.policy.name, self.now - start, len(self.placed), self.total_pods)
         if progress is not None:
             progress.done()
         return self.recorder.result(self.now)
