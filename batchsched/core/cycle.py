@@ -363,11 +363,13 @@ def _preempt(snapshot: Snapshot, gangs: Mapping[str, Gang], gang: Gang, policy: 
 
 def _topology_args(gang: Gang, config: CoreConfig) -> dict:
     """plan_gang's topology arguments: the gang's policy, its domain label
-    keys resolved (the PodGroup's, else the configured ones), and where its
-    bound members are."""
+    keys resolved (the PodGroup's, else the configured ones), GPUDirect RDMA
+    preferred for a gang of several pods, and where its bound members are."""
     policy = gang.spec.topology
     if policy.domain_mode and not policy.domain_labels:
         policy = dataclasses.replace(policy, domain_labels=config.domain_labels)
+    if len(gang.members) > 1 or gang.spec.min_member > 1:
+        policy = dataclasses.replace(policy, rdma=True)
     return {"policy": policy, "bound_on": frozenset(p.node_name for p in gang.bound_active)}
 
 

@@ -215,6 +215,9 @@ class TopologyPolicy:
     exclusive_gpus: bool = False  # never on time-sliced or MPS-shared GPUs
     domain_mode: str = ""  # "" (no domain rule), required or preferred
     domain_labels: tuple[str, ...] = ()  # the domain's label keys; empty: the scheduler's configured ones
+    # Prefer GPUs with GPUDirect RDMA (a NIC at PIX/PXB): set by the cycle for
+    # gangs of two or more pods, whose pods talk across nodes; not a PodGroup field.
+    rdma: bool = False
 
 
 @dataclass(frozen=True)
