@@ -23,7 +23,7 @@ from urllib.parse import quote
 from batchsched.config import PreemptionConfig
 from batchsched.core.cycle import Eviction, GangReset, Nomination
 from batchsched.core.model import PodInfo
-from batchsched.core.preemption.policy import PreemptionState
+from batchsched.core.preemption.policy import EvictionLog, PreemptionState
 from batchsched.shell.cache import ClusterCache
 from batchsched.shell.kube import ApiError, Kube
 from batchsched.shell.status import EventRecorder, group_ref, pod_ref
@@ -42,6 +42,8 @@ class Evictor:
         self.node_evicted_at: dict[str, float] = {}
         self.refused: dict[str, tuple[str, float]] = {}  # uid -> (why, until)
         self.nominated_at: dict[str, float] = {}
+        self.budgeted: set[str] = set()  # uids of victims of priority preemption (not reclaim) in flight
+        self.evicted_by_priority = EvictionLog()
         self.evicted_total = 0
         self.on_victim = lambda pod, preemptor: None  # metrics hook
 
@@ -54,15 +56,19 @@ class Evictor:
                 del self.victims_by_gang[gang]
         cooling = frozenset(n for n, t in self.node_evicted_at.items()
                             if now - t < self.config.node_cooldown_seconds)
+        self.budgeted.intersection_update(self.cache.pods)  # a victim deleted before its eviction
         return PreemptionState(cooling_nodes=cooling,
                                refused={uid: why for uid, (why, _) in self.refused.items()},
-                               in_flight=frozenset(self.victims_by_gang))
+                               in_flight=frozenset(self.victims_by_gang),
+                               evicted_last_hour=self.evicted_by_priority.last_hour(now))
 
     def carry_out(self, evictions: list[Eviction], nominations: list[Nomination]) -> list[asyncio.Task]:
         """Start one task per preemptor; nominations are assumed in the cache at once."""
         by_gang: dict[str, tuple[list[PodInfo], list[Nomination]]] = {}
         for ev in evictions:
             by_gang.setdefault(ev.preemptor, ([], []))[0].append(ev.pod)
+            if not ev.reclaim:
+                self.budgeted.add(ev.pod.uid)
         for nom in nominations:
             self._assume_nomination(nom.pod.uid, nom.node_name)
             by_gang.setdefault(nom.pod.gang_key, ([], []))[1].append(nom)
@@ -116,6 +122,9 @@ class Evictor:
                     continue
                 self.evicted_total += 1
                 self.node_evicted_at[pod.node_name] = now
+                if pod.uid in self.budgeted:
+                    self.budgeted.discard(pod.uid)
+                    self.evicted_by_priority.add(now, pod.namespace)
                 self.on_victim(pod, gang)
                 self.events.emit(pod_ref(pod.namespace, pod.name, pod.uid), "Normal", "Preempted",
                                  f"Preempted by gang {gang} (priority above {pod.priority}) to make room on "
