@@ -44,6 +44,7 @@ from batchsched.core.dra.extended import ExtendedClaim
 from batchsched.core.dra.model import ResourceClaim
 from batchsched.core.gpu_pools import stranded_gpus
 from batchsched.core.model import GroupSpec, NodeInfo, PodInfo, group_from_json, pod_from_json
+from batchsched.core.preemption.plan import lost_work
 from batchsched.core.queues.model import QueueInfo
 from batchsched.core.resources import Resources
 from batchsched.core.cluster import ClusterState
@@ -459,7 +460,7 @@ class Simulation:
         for victim, preemptor, reclaim in evicted:  # a gang started over loses its bound members as a victim does
             pod = self.cluster.terminate(victim.uid)
             run = self.by_pod[pod.uid]
-            self.recorder.evicted(run.job, self.now, preemptor, reclaim)
+            self.recorder.evicted(run.job, self.now, preemptor, reclaim, lost_work(pod, to_unix(self.now)))
             if run.running and self._bound_members(run) < run.job.min_member:
                 self._stop(run)
             self._push(self.now + self.options.grace_seconds, _GONE, pod.uid)

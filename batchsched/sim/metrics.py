@@ -15,6 +15,12 @@
   bound on two or more nodes (over the run), and of those the ones whose
   every GPU has a NIC at PIX or PXB (``GpuTopology.rdma_gpus``); a node
   whose topology lists no NICs gives none;
+* **GPU-hours run by evicted pods**: over every eviction, the victim's
+  GPUs times its run since it started (or since its checkpoint-time, which
+  the simulator never sets; ``batchsched.core.preemption.plan.lost_work``):
+  the work a job without checkpoints loses.  The simulator itself lets a
+  preempted job resume with the time it had left, as if it saved its state
+  when evicted;
 * **unscheduled**: pods pending just after the last arrival's cycle, and
   pods never placed by the end of the run;
 * **DRA claims**: pods bound with an extended-resource claim, on nodes
@@ -93,6 +99,7 @@ class SimResult:
     multi_node_gang_pods: int = 0  # GPU pod bindings of jobs whose pods were on 2+ nodes
     rdma_pods: int = 0  # of those, on GPUs that each have a NIC at PIX/PXB
     evicted_pods: int = 0
+    evicted_gpu_hours: float = 0.0  # the victims' runs since start or checkpoint: work lost without checkpoints
     preempted_jobs: int = 0
     reserved_idle_gpu_hours: float = 0.0
     dra_gpus: int = 0  # of ``gpus``, those DRA serves
@@ -332,11 +339,14 @@ class Recorder:
             self.queues.finished(job)
         self.result_.jobs_finished += 1
 
-    def evicted(self, job: Job, t: float, preemptor: str = "", reclaim: bool = False) -> None:
-        """``preemptor``: the key of the job the eviction makes room for ("": a gang started over)."""
+    def evicted(self, job: Job, t: float, preemptor: str = "", reclaim: bool = False,
+                lost_gpu_seconds: float = 0.0) -> None:
+        """``preemptor``: the key of the job the eviction makes room for ("": a gang started over);
+        ``lost_gpu_seconds``: the victim's run since its start or last checkpoint."""
         if self.queues is not None:
             self.queues.evicted(job, t, preemptor, reclaim)
         self.result_.evicted_pods += 1
+        self.result_.evicted_gpu_hours += lost_gpu_seconds / 3600
         self._preempted.add(job.key)
 
     def mark_last_arrival(self) -> None:

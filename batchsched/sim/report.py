@@ -50,6 +50,7 @@ ROWS: list[tuple[str, Callable[[SimResult], str]]] = [
     ("unscheduled pods after arrivals", lambda r: str(r.pods_unscheduled)),
     ("pods never placed", lambda r: str(r.pods_never_placed)),
     ("preempted pods (jobs)", lambda r: f"{r.evicted_pods} ({r.preempted_jobs})"),
+    ("  GPU-hours they had run", lambda r: f"{r.evicted_gpu_hours:.1f}"),
     ("cycles, p99 cycle time", _cycles),
 ]
 # shown only where some GPUs are served through DRA

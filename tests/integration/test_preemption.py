@@ -253,3 +253,19 @@ def test_nominations_left_while_preemption_was_on_expire_once_it_is_off(env, sta
     wait_for("nomination cleared", lambda: not env.pods()["big-0"]["status"].get("nominatedNodeName"), timeout=45)
     assert time.monotonic() - started >= 3, "cleared before nominationTimeoutSeconds"
     assert members_bound(env, "big-") == []
+
+
+# 10
+def test_a_namespace_past_its_eviction_budget_gives_no_more_victims(env, start_scheduler):
+    pc = Classes(env)
+    node = env.add_node("gpu0", gpus=8)
+    inference = fill_with_inference(env, [node], 8, pc.low)
+    make_gang(env, "first", 1, group_spec={"priorityClassName": pc.high}, gpus=2, cpu="1", priority_class=pc.high)
+    start_scheduler(**preemption_config(maxPerNamespacePerHour=2))
+    wait_for("first bound", lambda: len(members_bound(env, "first-")) == 1, timeout=60)
+    assert len(alive(env, inference)) == 6
+    # the namespace's two evictions of the hour are spent: the next gang gets none and says why
+    make_gang(env, "second", 1, group_spec={"priorityClassName": pc.high}, gpus=2, cpu="1", priority_class=pc.high)
+    message = wait_verdict(env, "second", "reached their eviction budget")
+    assert f"Namespace(s) {env.namespace} reached their eviction budget (maxPerNamespacePerHour=2)" in message
+    assert len(alive(env, inference)) == 6 and members_bound(env, "second-") == []

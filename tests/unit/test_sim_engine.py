@@ -90,6 +90,7 @@ def test_preemption_evicts_inference_and_the_victim_is_recreated():
     simulation = Simulation(nodes(1), [infer, train], BatchschedPolicy(PREEMPTING))
     result = simulation.run()
     assert result.evicted_pods == 1 and result.preempted_jobs == 1
+    assert result.evicted_gpu_hours == 8 * 200 / 3600  # its 8 GPUs had run 200 s
     # the victim terminates for 30 s, then train binds; infer comes back when train ends
     runs = simulation.runs
     assert runs["default/train"].started == 230.0
