@@ -377,7 +377,7 @@ class PreemptingScheduler(CountOnlyScheduler):
         return set(used)
 
     def _by_fullness(self, pod: PodInfo, trial: _Trial) -> list[str]:
-        """The nodes the pod may go to, fullest first (its ``node_rule``)."""
+        """The nodes the pod may go to in this cycle, fullest first."""
         return sorted((n for n in self._filter.evaluate(pod).feasible if n not in self._off_limits),
                       key=lambda n: _node_key(FULLEST, trial.free(n)), reverse=True)
 

@@ -210,9 +210,11 @@ def _pick_in_turn(node: NodeInfo, room: GpuRoom, request: Mapping[str, int], pol
 def _quality(policy: TopologyPolicy, k: int, worst: int, gbps: int, numa_nodes: int,
              without_rdma: int) -> tuple[int, ...]:
     """Lower is better.  For a gang preferring GPUDirect RDMA, the GPUs
-    without it count right after the worst link (before it, when the link
-    is not compared at all)."""
+    without it count right after the worst link (alone for one GPU, which
+    has no link); ``gpuLink: any`` compares nodes on packing only."""
+    if policy.gpu_link == "any":
+        return ()
     rdma = (without_rdma,) if policy.rdma else ()
-    if k < 2 or policy.gpu_link == "any":
+    if k < 2:
         return rdma
     return (-worst,) + rdma + (-gbps, numa_nodes)
