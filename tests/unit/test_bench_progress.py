@@ -1,8 +1,9 @@
-"""The benchmarks that drive the simulator show their progress on stderr
-when it is a terminal, through the simulator's own display."""
+"""The long benchmarks show their progress on stderr when it is a
+terminal, through the simulator's own display."""
 import io
 import sys
 
+from batchsched.sim.progress import TerminalProgress
 from tests.unit.test_core_boundary import ROOT
 from tests.unit.test_sim_cli import Terminal
 
@@ -10,6 +11,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 import decision_digest  # noqa: E402
 import queues_cycle  # noqa: E402
 import throughput_core  # noqa: E402
+import topology_choice  # noqa: E402
 
 
 def stderr_as(stream, monkeypatch):
@@ -55,3 +57,18 @@ def test_piped_nothing_is_drawn(monkeypatch):
     throughput_core.summary(2, throughput_core.Simulation(
         throughput_core.build_nodes(throughput_core.cluster(2)), jobs, throughput_core.BatchschedPolicy()))
     assert piped.getvalue() == ""
+
+
+def test_the_topology_benchmark_shows_each_replay():
+    cluster = object.__new__(topology_choice.Cluster)  # two 2-GPU nodes without topology, not the trace's
+    cluster.nodes = [("n0", 2, 8000, 8192, None), ("n1", 2, 8000, 8192, None)]
+    cluster.total_gpus, cluster.ideal = 4, {}
+    terminal = Terminal()
+    progress = TerminalProgress(terminal, interval=0)
+    pods = [(2, 100, 100)] * 3  # the third fits nowhere
+    replay = topology_choice.replay_in_node(cluster, pods, "lowest", 1, False,
+                                            topology_choice.shown(progress, "default, best fit, lowest", len(pods)))
+    assert replay.placed == 2 and replay.failed == 1
+    assert terminal.getvalue().split("\r\033[K")[1:] == [f"default, best fit, lowest: pod {k}, {k}/3 pods placed"
+                                                         for k in range(3)]
+    assert topology_choice.shown(None, "x", 3)(0, replay) is None  # piped: nothing to draw
