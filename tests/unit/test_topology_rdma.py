@@ -5,6 +5,7 @@ import dataclasses
 import pytest
 
 from batchsched.api import constants
+from batchsched.core.explain import explain_gang
 from batchsched.core.model import TopologyPolicy
 from batchsched.core.placement.gpus import pick_gpus
 from batchsched.core.topology.accounting import room_of
@@ -13,6 +14,7 @@ from batchsched.sim.cluster import NodeGroup, build_nodes
 from batchsched.sim.engine import Simulation
 from batchsched.sim.policies import BatchschedPolicy
 from batchsched.sim.workload import Job
+from tests.unit.helpers import gang_pods, group, pod, snapshot
 from tests.unit.topology_support import SHARED_TOPOLOGIES, topology_node
 
 GANG = TopologyPolicy(rdma=True)  # as the cycle makes it for a gang of several pods
@@ -79,3 +81,11 @@ def test_the_simulator_reports_multi_node_gang_pods_with_rdma():
     result = simulation.run()
     assert result.multi_node_gang_pods == 2 and result.rdma_pods == 2 and result.rdma_share == 1.0
     assert result.jobs_finished == 2  # the lone pod counts in neither
+
+
+def test_explain_names_the_gpus_the_gang_would_get():
+    node = topology_node("n", without_first_nics(dgx_a100()))
+    gang = snapshot([node], gang_pods("train", 2, gpu=4, cpu="1"), [group("train", min_member=2)])
+    lone = snapshot([node], [pod("solo", gpu=4, cpu="1")])
+    assert "GPUs 4,5,6,7 for the first" in str(explain_gang(gang, "default/train"))
+    assert "GPUs 0,1,2,3 for the first" in str(explain_gang(lone, "default/pod:solo"))
