@@ -42,7 +42,6 @@ class Evictor:
         self.node_evicted_at: dict[str, float] = {}
         self.refused: dict[str, tuple[str, float]] = {}  # uid -> (why, until)
         self.nominated_at: dict[str, float] = {}
-        self.budgeted: set[str] = set()  # uids of victims of priority preemption (not reclaim) in flight
         self.evicted_by_priority = EvictionLog()
         self.evicted_total = 0
         self.on_victim = lambda pod, preemptor: None  # metrics hook
@@ -56,7 +55,6 @@ class Evictor:
                 del self.victims_by_gang[gang]
         cooling = frozenset(n for n, t in self.node_evicted_at.items()
                             if now - t < self.config.node_cooldown_seconds)
-        self.budgeted.intersection_update(self.cache.pods)  # a victim deleted before its eviction
         return PreemptionState(cooling_nodes=cooling,
                                refused={uid: why for uid, (why, _) in self.refused.items()},
                                in_flight=frozenset(self.victims_by_gang),
@@ -67,8 +65,6 @@ class Evictor:
         by_gang: dict[str, tuple[list[PodInfo], list[Nomination]]] = {}
         for ev in evictions:
             by_gang.setdefault(ev.preemptor, ([], []))[0].append(ev.pod)
-            if not ev.reclaim:
-                self.budgeted.add(ev.pod.uid)
         for nom in nominations:
             self._assume_nomination(nom.pod.uid, nom.node_name)
             by_gang.setdefault(nom.pod.gang_key, ([], []))[1].append(nom)
@@ -76,13 +72,17 @@ class Evictor:
         for gang, (victims, _) in by_gang.items():
             self.victims_by_gang.setdefault(gang, set()).update(p.uid for p in victims)
         loop = asyncio.get_running_loop()
-        return [loop.create_task(self._preempt(gang, victims, noms)) for gang, (victims, noms) in by_gang.items()]
+        # victims of priority preemption count against their namespace's eviction budget, a reclaim's do not
+        budgeted = frozenset(ev.pod.uid for ev in evictions if not ev.reclaim)
+        return [loop.create_task(self._preempt(gang, victims, noms, budgeted))
+                for gang, (victims, noms) in by_gang.items()]
 
     def _assume_nomination(self, uid: str, node: str) -> None:
         self.cache.set_nomination(uid, node)
         self.nominated_at[uid] = time.monotonic()
 
-    async def _preempt(self, gang: str, victims: list[PodInfo], nominations: list[Nomination]) -> None:
+    async def _preempt(self, gang: str, victims: list[PodInfo], nominations: list[Nomination],
+                       budgeted: frozenset[str]) -> None:
         refusals = await asyncio.gather(*(self._evict(p, dry_run=True) for p in victims))
         refused = [(p, why) for p, why in zip(victims, refusals) if why]
         if refused:
@@ -91,7 +91,7 @@ class Evictor:
             return
         for nom in nominations:
             await self._set_nomination(nom.pod, nom.node_name)
-        refused = await self._evict_for_real(gang, victims)
+        refused = await self._evict_for_real(gang, victims, budgeted)
         still_there = {p.uid for p, _ in refused}
         evicted = [p for p in victims if p.uid not in still_there]
         group = self.cache.groups_raw.get(gang)
@@ -106,9 +106,11 @@ class Evictor:
                 f"(tried for {self.config.eviction_retry_seconds:g}s); its nominations are released and "
                 "it is planned again without the refused pods: eviction of "))
 
-    async def _evict_for_real(self, gang: str, victims: list[PodInfo]) -> list[tuple[PodInfo, str]]:
+    async def _evict_for_real(self, gang: str, victims: list[PodInfo],
+                              budgeted: frozenset[str]) -> list[tuple[PodInfo, str]]:
         """Evict ``victims``; a refused one is tried again with backoff until
-        ``evictionRetrySeconds`` have passed.  Returns those still refused."""
+        ``evictionRetrySeconds`` have passed; those in ``budgeted`` are logged
+        for the eviction budget once evicted.  Returns those still refused."""
         deadline = time.monotonic() + self.config.eviction_retry_seconds
         delay = RETRY_FIRST_DELAY_SECONDS
         trying = victims
@@ -122,8 +124,7 @@ class Evictor:
                     continue
                 self.evicted_total += 1
                 self.node_evicted_at[pod.node_name] = now
-                if pod.uid in self.budgeted:
-                    self.budgeted.discard(pod.uid)
+                if pod.uid in budgeted:
                     self.evicted_by_priority.add(now, pod.namespace)
                 self.on_victim(pod, gang)
                 self.events.emit(pod_ref(pod.namespace, pod.name, pod.uid), "Normal", "Preempted",
