@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 import time
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from batchsched.api.constants import GPU_IDS_ANNOTATION, GPU_TOPOLOGY_ANNOTATION, POD_GROUP_LABEL
+from batchsched.api.constants import (CHECKPOINT_TIME_ANNOTATION, GPU_IDS_ANNOTATION, GPU_TOPOLOGY_ANNOTATION,
+                                      POD_GROUP_LABEL)
 from batchsched.core.topology.annotation import to_annotation
 from batchsched.core.topology.choose import choose_gpus, mask_of
 from batchsched.core.topology.parse import parse_topo
@@ -269,3 +271,25 @@ def test_a_namespace_past_its_eviction_budget_gives_no_more_victims(env, start_s
     message = wait_verdict(env, "second", "reached their eviction budget")
     assert f"Namespace(s) {env.namespace} reached their eviction budget (maxPerNamespacePerHour=2)" in message
     assert len(alive(env, inference)) == 6 and members_bound(env, "second-") == []
+
+
+# 11
+def test_the_victim_is_the_pod_that_loses_least_work_and_hostile_checkpoints_are_logged(env, start_scheduler):
+    pc = Classes(env)
+    node = env.add_node("gpu0", gpus=8)
+    inference = fill_with_inference(env, [node], 8, pc.low)
+    time.sleep(2)  # every pod has run a while: the one that saved its work just now loses least
+    saved, garbled, ahead = inference[5], inference[6], inference[7]
+    now = datetime.now(timezone.utc)
+    for name, value in ((saved, now.strftime("%Y-%m-%dT%H:%M:%S.%fZ")), (garbled, "tomorrow"),
+                        (ahead, (now + timedelta(days=1)).isoformat())):
+        env.kube.merge_patch(f"/api/v1/namespaces/{env.namespace}/pods/{name}",
+                             {"metadata": {"annotations": {CHECKPOINT_TIME_ANNOTATION: value}}})
+    make_gang(env, "train", 1, group_spec={"priorityClassName": pc.high}, gpus=1, cpu="1", priority_class=pc.high)
+    scheduler = start_scheduler(**preemption_config())
+    wait_for("train bound", lambda: len(members_bound(env, "train-")) == 1, timeout=60)
+    assert [n for n in inference if n not in alive(env, inference)] == [saved]
+    log = scheduler.log()
+    assert f"{env.namespace}/{garbled}: ignoring annotation {CHECKPOINT_TIME_ANNOTATION}: 'tomorrow' is not an " \
+           "RFC3339 time" in log
+    assert f"{env.namespace}/{ahead}: ignoring annotation {CHECKPOINT_TIME_ANNOTATION}: it is in the future" in log
