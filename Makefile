@@ -1,5 +1,5 @@
 # The two commands the README promises (both work on a fresh machine):
-#   make demo   simulate batchsched beside three baselines on the embedded default cluster and workload
+#   make demo   simulate batchsched beside five baselines on the embedded default cluster and workload
 #   make test   install what the tests need, build or reuse the control plane, run every test
 #   make chaos  the chaos suite (tests/chaos) with its long variants (marker chaos_long), which make test leaves out
 PYTHON ?= python3

@@ -168,7 +168,7 @@ def build_parser(prog: str = "batchsched") -> argparse.ArgumentParser:
                             "(default: $BATCHSCHED_TRACE_DIR, else ./traces; docs/simulator.md, \"Traces\")")
     p_sim.add_argument("--config", type=Path, metavar="FILE",
                        help="batchsched's scheduler config (default: the simulator's, preemption on)")
-    p_sim.add_argument("--policies", default="batchsched,spread,binpack,random",
+    p_sim.add_argument("--policies", default="batchsched,spread,binpack,random,volcano-like,kai-like",
                        help="comma separated, run side by side (default: %(default)s; also: proportion, "
                             "quota admission for workloads with queues)")
     p_sim.add_argument("--plot", type=Path, metavar="DIR", help="write PNG charts there (needs matplotlib)")

@@ -52,6 +52,7 @@ class VictimSelector(_Strict):
     min_runtime_seconds: float = Field(0.0, alias="minRuntimeSeconds", ge=0, le=MAX_SECONDS)
     gangs: Literal["whole", "never"] = "whole"
     opt_out_namespaces: list[str] = Field(default_factory=list, alias="optOutNamespaces")
+    max_per_namespace_per_hour: int | None = Field(None, alias="maxPerNamespacePerHour", ge=0, le=1_000_000)
 
 
 class PreemptorSelector(_Strict):
@@ -83,6 +84,7 @@ class PreemptionConfig(_Strict):
             preemptor_min_priority=self.preemptors.min_priority,
             preemptor_priority_classes=frozenset(self.preemptors.priority_class_names),
             max_victims_per_cycle=self.max_victims_per_cycle,
+            namespace_evictions_per_hour=self.victims.max_per_namespace_per_hour,
             node_cooldown_seconds=self.node_cooldown_seconds,
             nomination_timeout_seconds=self.nomination_timeout_seconds,
         )

@@ -29,6 +29,7 @@ from batchsched.config import SchedulerConfig  # noqa: E402
 from batchsched.sim.cluster import build_nodes  # noqa: E402
 from batchsched.sim.engine import Simulation  # noqa: E402
 from batchsched.sim.policies import BatchschedPolicy  # noqa: E402
+from batchsched.sim.progress import TerminalProgress  # noqa: E402
 from batchsched.sim.scenario import build_scenario  # noqa: E402
 from batchsched.sim.workload import Job  # noqa: E402
 from throughput_core import cluster, workload  # noqa: E402
@@ -97,7 +98,8 @@ def main() -> int:
     for name, nodes, jobs, config in scenarios(args.quick):
         started = time.perf_counter()
         policy = DigestingPolicy(config)
-        Simulation(nodes, jobs, policy, scheduler_name=config.scheduler_name).run()
+        Simulation(nodes, jobs, policy, scheduler_name=config.scheduler_name).run(
+            progress=TerminalProgress.if_terminal(sys.stderr), phase=name)
         digest = policy.digest.hexdigest()[:16]
         overall.update(digest.encode())
         print(f"{digest}  {policy.decisions:6d} decisions  {time.perf_counter() - started:6.1f} s  {name}",

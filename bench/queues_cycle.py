@@ -48,7 +48,7 @@ def run(nodes: int, jobs, with_queues: int) -> dict:
     simulation = Simulation(build_nodes(cluster(nodes)), jobs, BatchschedPolicy())
     if with_queues:
         simulation.cluster.queues = queues(with_queues, 8 * nodes)
-    return summary(nodes, simulation)
+    return summary(nodes, simulation, f"{with_queues} queues, {nodes} nodes")
 
 
 def main() -> int:

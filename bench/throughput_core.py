@@ -47,6 +47,7 @@ sys.path.insert(0, str(ROOT))
 from batchsched.sim.cluster import NodeGroup, build_nodes, builtin_topologies  # noqa: E402
 from batchsched.sim.engine import Simulation  # noqa: E402
 from batchsched.sim.metrics import percentile  # noqa: E402
+from batchsched.sim.progress import TerminalProgress  # noqa: E402
 from batchsched.sim.policies import BatchschedPolicy  # noqa: E402
 from batchsched.sim.workload import Job  # noqa: E402
 from batchsched.shell.heap import THRESHOLDS, settle_heap  # noqa: E402
@@ -98,10 +99,11 @@ def measure(nodes: int, jobs: list[Job], settle: bool = False) -> dict:
             gc.set_threshold(*DEFAULT_GC_THRESHOLDS)
 
 
-def summary(nodes: int, simulation: Simulation) -> dict:
-    """Run ``simulation`` and say what its cycles cost (a row of the table)."""
+def summary(nodes: int, simulation: Simulation, phase: str = "") -> dict:
+    """Run ``simulation`` and say what its cycles cost (a row of the table);
+    on a terminal, its progress shows on stderr, named ``phase``."""
     started = time.perf_counter()
-    result = simulation.run()
+    result = simulation.run(progress=TerminalProgress.if_terminal(sys.stderr), phase=phase or f"{nodes} nodes")
     wall = time.perf_counter() - started
     cycles = result.cycle_seconds
     placed = result.pods - result.pods_never_placed

@@ -50,6 +50,7 @@ import sys
 import time
 from itertools import combinations
 from pathlib import Path
+from typing import Callable
 
 from sortedcontainers import SortedList
 
@@ -66,6 +67,7 @@ from batchsched.core.topology.annotation import to_annotation  # noqa: E402
 from batchsched.core.topology.choose import choose_gpus, evaluate, gpus_of, mask_of  # noqa: E402
 from batchsched.core.topology.model import GpuTopology, link_name  # noqa: E402
 from batchsched.core.topology.parse import parse_topo  # noqa: E402
+from batchsched.sim.progress import TerminalProgress  # noqa: E402
 
 SHARED = ROOT.parent / "shared" / "data"
 TOPOLOGIES = SHARED / "topologies"
@@ -275,15 +277,18 @@ class Replay:
                 f"{self.rank_sum / max(1, self.multi):.2f} | {room} | {seconds:.1f} |")
 
 
-def replay_in_node(cluster: Cluster, pods, contender: str, seed: int, spread: bool) -> Replay:
-    """The node choice every in-node contender shares: best fit, or spread."""
+def replay_in_node(cluster: Cluster, pods, contender: str, seed: int, spread: bool,
+                   progress: Callable[[int, Replay], None] = lambda step, replay: None) -> Replay:
+    """The node choice every in-node contender shares: best fit, or spread;
+    ``progress`` is told each step."""
     replay = Replay(cluster)
     rng = random.Random(seed)
     pick = CONTENDERS[contender]
     buckets = {}  # free GPUs -> node indices
     for index, free in enumerate(replay.free):
         buckets.setdefault(free.bit_count(), SortedList()).add(index)
-    for k, cpu, memory in pods:
+    for step, (k, cpu, memory) in enumerate(pods):
+        progress(step, replay)
         index = next((i for count in sorted((c for c in buckets if c >= k), reverse=spread) for i in buckets[count]
                       if replay.cpu[i] >= cpu and replay.memory[i] >= memory), None)
         if index is None:
@@ -298,8 +303,9 @@ def replay_in_node(cluster: Cluster, pods, contender: str, seed: int, spread: bo
     return replay
 
 
-def replay_planner(cluster: Cluster, pods) -> Replay:
-    """The real gang planner, each trace pod a gang of one."""
+def replay_planner(cluster: Cluster, pods,
+                   progress: Callable[[int, Replay], None] = lambda step, replay: None) -> Replay:
+    """The real gang planner, each trace pod a gang of one; ``progress`` is told each step."""
     replay = Replay(cluster)
     nodes, free, rooms = {}, {}, {}
     for name, gpus, cpu, memory, topology in cluster.nodes:
@@ -314,6 +320,7 @@ def replay_planner(cluster: Cluster, pods) -> Replay:
     index_of = {n[0]: i for i, n in enumerate(cluster.nodes)}
     capacity = CapacityIndex(nodes, free, rooms=rooms)
     for number, (k, cpu, memory) in enumerate(pods):
+        progress(number, replay)
         pod = PodInfo(uid=str(number), namespace="trace", name=f"p{number}",
                       requests={"cpu": cpu, "memory": memory * 2**20, "pods": 1, constants.GPU_RESOURCE: k})
         result = plan_gang([pod], 1, capacity)
@@ -325,8 +332,16 @@ def replay_planner(cluster: Cluster, pods) -> Replay:
     return replay
 
 
+def shown(terminal: TerminalProgress | None, phase: str, total: int) -> Callable[[int, Replay], None]:
+    """A replay's progress on the terminal (nothing when stderr is not one)."""
+    if terminal is None:
+        return lambda step, replay: None
+    return lambda step, replay: terminal.show(phase, f"pod {step}", step - replay.failed, total, "pods placed")
+
+
 def fragmentation(seed: int) -> list[str]:
     cluster = Cluster()
+    terminal = TerminalProgress.if_terminal(sys.stderr)
     rows = []
     for variant in ("default", "multigpu50"):
         pods = trace_pods(variant, seed)
@@ -338,12 +353,16 @@ def fragmentation(seed: int) -> list[str]:
         for spread in (False, True):
             for contender in CONTENDERS:
                 started = time.perf_counter()
-                replay = replay_in_node(cluster, pods, contender, seed, spread)
+                node_choice = "spread" if spread else "best fit"
+                replay = replay_in_node(cluster, pods, contender, seed, spread,
+                                        shown(terminal, f"{variant}, {node_choice}, {contender}", len(pods)))
                 rows.append(replay.row(f"{'spread' if spread else 'best fit'} | {contender}",
                                        time.perf_counter() - started))
         started = time.perf_counter()
-        rows.append(replay_planner(cluster, pods).row("batchsched planner | batchsched",
-                                                      time.perf_counter() - started))
+        replay = replay_planner(cluster, pods, shown(terminal, f"{variant}, batchsched planner", len(pods)))
+        rows.append(replay.row("batchsched planner | batchsched", time.perf_counter() - started))
+        if terminal is not None:
+            terminal.done()
         rows.append("")
     return rows
 

@@ -36,5 +36,8 @@ GPU_CLIQUE_LABEL = "nvidia.com/gpu.clique"
 
 # "false" on a pod or PodGroup: never a preemption victim.
 PREEMPTIBLE_ANNOTATION = f"{GROUP}/preemptible"
+# When the pod last saved its work (RFC3339): evicting it loses only what it
+# did since (docs/preemption.md, "Least work lost").
+CHECKPOINT_TIME_ANNOTATION = f"{GROUP}/checkpoint-time"
 
 GPU_RESOURCE = "nvidia.com/gpu"

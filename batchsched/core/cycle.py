@@ -26,7 +26,7 @@ from batchsched.core.dra.claims import ClaimAllocation
 from batchsched.core.dra.extended import ExtendedClaim, extended_claim
 from batchsched.core.dra.model import AllocatedDevice
 from batchsched.core.gangs import Gang, GangIndex, foreign_note, members_selector
-from batchsched.core.model import PodInfo
+from batchsched.core.model import PodInfo, TopologyPolicy
 from batchsched.core.placement.capacity import CapacityIndex, NodeEntry, cluster_capacity, kept_index
 from batchsched.core.placement.gang import Assignment, GangPlan, PlanFailure, min_resources_beyond, plan_gang
 from batchsched.core.preemption.plan import NominationHolds, NoPreemption, plan_preemption
@@ -362,14 +362,23 @@ def _preempt(snapshot: Snapshot, gangs: Mapping[str, Gang], gang: Gang, policy: 
     return said + outcome.message
 
 
-def _topology_args(gang: Gang, config: CoreConfig) -> dict:
-    """plan_gang's topology arguments: the gang's policy, its domain label
-    keys resolved (the PodGroup's, else the configured ones), and where its
-    bound members are."""
+def placement_policy(gang: Gang, config: CoreConfig) -> TopologyPolicy:
+    """The gang's topology policy as placement applies it: its domain label
+    keys resolved (the PodGroup's, else the configured ones), and GPUDirect
+    RDMA preferred for a gang of several pods (docs/topology.md, "NICs")."""
     policy = gang.spec.topology
     if policy.domain_mode and not policy.domain_labels:
         policy = dataclasses.replace(policy, domain_labels=config.domain_labels)
-    return {"policy": policy, "bound_on": frozenset(p.node_name for p in gang.bound_active)}
+    if len(gang.members) > 1 or gang.spec.min_member > 1:
+        policy = dataclasses.replace(policy, rdma=True)
+    return policy
+
+
+def _topology_args(gang: Gang, config: CoreConfig) -> dict:
+    """plan_gang's topology arguments: the gang's placement policy and where
+    its bound members are."""
+    return {"policy": placement_policy(gang, config),
+            "bound_on": frozenset(p.node_name for p in gang.bound_active)}
 
 
 def _refresh_reservation(snapshot: Snapshot, gangs: Mapping[str, Gang], queue: GangQueue,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Mapping
@@ -19,6 +20,7 @@ from batchsched.core import resources as res
 from batchsched.core.dra.demand import DeviceDemand, PodClaim
 from batchsched.core.dra.inventory import NodeDra
 from batchsched.core.resources import Resources
+from batchsched.core.text import clip
 from batchsched.core.topology.annotation import from_annotation
 from batchsched.core.topology.model import GpuTopology, TopologyError
 
@@ -123,6 +125,10 @@ class PodInfo:
     priority_class: str = ""
     started: float = 0.0  # status.startTime (0: not started)
     preemptible: bool = True  # False: annotation scheduling.batchsched.io/preemptible=false
+    # Its last checkpoint (annotation scheduling.batchsched.io/checkpoint-time),
+    # unix seconds; 0: none, or the value made no sense (checkpoint_problem says why).
+    checkpoint: float = 0.0
+    checkpoint_problem: str = ""
     preemption_policy: str = "PreemptLowerPriority"  # or Never, from its PriorityClass
     # This scheduler made (or saw being made) the pod's binding: its GPU ids
     # are the ones it chose, and it may give a partly bound gang precedence.
@@ -216,6 +222,9 @@ class TopologyPolicy:
     exclusive_gpus: bool = False  # never on time-sliced or MPS-shared GPUs
     domain_mode: str = ""  # "" (no domain rule), required or preferred
     domain_labels: tuple[str, ...] = ()  # the domain's label keys; empty: the scheduler's configured ones
+    # Prefer GPUs with GPUDirect RDMA (a NIC at PIX/PXB): set by the cycle for
+    # gangs of two or more pods, whose pods talk across nodes; not a PodGroup field.
+    rdma: bool = False
 
 
 @dataclass(frozen=True)
@@ -356,6 +365,7 @@ def pod_from_json(obj: Mapping[str, Any], gang_sources: frozenset[str] = frozens
         priority_class=spec.get("priorityClassName") or "",
         started=parse_time(status.get("startTime")),
         preemptible=annotations.get(constants.PREEMPTIBLE_ANNOTATION, "true").lower() != "false",
+        **_checkpoint(annotations.get(constants.CHECKPOINT_TIME_ANNOTATION)),
         preemption_policy=spec.get("preemptionPolicy") or "PreemptLowerPriority",
         owner_kind=_controller_kind(meta.get("ownerReferences")),
         restart_policy=spec.get("restartPolicy") or "Always",
@@ -438,6 +448,22 @@ def _positive_int(value: Any) -> int | None:
     except (TypeError, ValueError):
         return None
     return number if number > 0 else None
+
+
+_RFC3339 = re.compile(r"\d{4}-\d\d-\d\d[Tt]\d\d:\d\d:\d\d(\.\d{1,9})?([Zz]|[+-]\d\d:\d\d)")
+
+
+def _checkpoint(text: Any) -> dict[str, Any]:
+    """PodInfo's checkpoint fields from the checkpoint-time annotation
+    (tenant-written): an RFC3339 time, else ignored and said why."""
+    if text is None:
+        return {}
+    if isinstance(text, str) and _RFC3339.fullmatch(text):
+        try:
+            return {"checkpoint": datetime.fromisoformat(text.upper().replace("Z", "+00:00")).timestamp()}
+        except (ValueError, OverflowError):
+            pass  # month 13, day 32, ...
+    return {"checkpoint_problem": f"{clip(str(text), 40)!r} is not an RFC3339 time"}
 
 
 def parse_gpu_ids(text: str | None) -> tuple[int, ...]:

@@ -55,6 +55,7 @@ from batchsched.core.text import clip
 from batchsched.shell.kube import ApiError, Kube
 
 log = logging.getLogger(__name__)
+CHECKPOINT_CLOCK_SKEW_SECONDS = 60.0  # a checkpoint-time this far ahead of our clock is in the future
 
 PODGROUPS_PATH = gangsources.SOURCES[gangsources.OWN].path
 QUEUES_PATH = f"/apis/{constants.GROUP}/{constants.VERSION}/{constants.QUEUE_PLURAL}"
@@ -288,12 +289,25 @@ class ClusterCache:
             pod = pod_from_json(obj, self.gang_sources, self.auto_always)
             if pod.scheduler_name in self.also_serves:
                 pod = dataclasses.replace(pod, scheduler_name=self.scheduler_name)
+            self._check_checkpoint(pod)
             return pod
         except Exception as exc:  # noqa: BLE001 - whatever a hostile pod holds, it alone is skipped
             meta = obj.get("metadata") or {}
             log.warning("ignoring pod %s/%s: %s", meta.get("namespace"), meta.get("name"), exc)
             self.on_bad_object("Pod", obj, str(exc))
             return None
+
+    def _check_checkpoint(self, pod: PodInfo) -> None:
+        """Log a checkpoint-time annotation that preemption ignores (not an
+        RFC3339 time, or in the future), once per value."""
+        problem = pod.checkpoint_problem
+        if not problem and pod.checkpoint > time.time() + CHECKPOINT_CLOCK_SKEW_SECONDS:
+            problem = "it is in the future"
+        held = self.state.given_pod(pod.uid)
+        if problem and (held is None or (held.checkpoint, held.checkpoint_problem)
+                        != (pod.checkpoint, pod.checkpoint_problem)):
+            log.warning("pod %s: ignoring annotation %s: %s (preemption counts its work lost from its start)",
+                        pod.key, constants.CHECKPOINT_TIME_ANNOTATION, problem)
 
     def _as_seen(self, pod: PodInfo) -> PodInfo:
         """The pod as the cycle must see it: with the GPU ids believed, and

@@ -23,7 +23,7 @@ from urllib.parse import quote
 from batchsched.config import PreemptionConfig
 from batchsched.core.cycle import Eviction, GangReset, Nomination
 from batchsched.core.model import PodInfo
-from batchsched.core.preemption.policy import PreemptionState
+from batchsched.core.preemption.policy import EvictionLog, PreemptionState
 from batchsched.shell.cache import ClusterCache
 from batchsched.shell.kube import ApiError, Kube
 from batchsched.shell.status import EventRecorder, group_ref, pod_ref
@@ -42,6 +42,7 @@ class Evictor:
         self.node_evicted_at: dict[str, float] = {}
         self.refused: dict[str, tuple[str, float]] = {}  # uid -> (why, until)
         self.nominated_at: dict[str, float] = {}
+        self.evicted_by_priority = EvictionLog()
         self.evicted_total = 0
         self.on_victim = lambda pod, preemptor: None  # metrics hook
 
@@ -56,7 +57,8 @@ class Evictor:
                             if now - t < self.config.node_cooldown_seconds)
         return PreemptionState(cooling_nodes=cooling,
                                refused={uid: why for uid, (why, _) in self.refused.items()},
-                               in_flight=frozenset(self.victims_by_gang))
+                               in_flight=frozenset(self.victims_by_gang),
+                               evicted_last_hour=self.evicted_by_priority.last_hour(now))
 
     def carry_out(self, evictions: list[Eviction], nominations: list[Nomination]) -> list[asyncio.Task]:
         """Start one task per preemptor; nominations are assumed in the cache at once."""
@@ -70,13 +72,17 @@ class Evictor:
         for gang, (victims, _) in by_gang.items():
             self.victims_by_gang.setdefault(gang, set()).update(p.uid for p in victims)
         loop = asyncio.get_running_loop()
-        return [loop.create_task(self._preempt(gang, victims, noms)) for gang, (victims, noms) in by_gang.items()]
+        # victims of priority preemption count against their namespace's eviction budget, a reclaim's do not
+        budgeted = frozenset(ev.pod.uid for ev in evictions if not ev.reclaim)
+        return [loop.create_task(self._preempt(gang, victims, noms, budgeted))
+                for gang, (victims, noms) in by_gang.items()]
 
     def _assume_nomination(self, uid: str, node: str) -> None:
         self.cache.set_nomination(uid, node)
         self.nominated_at[uid] = time.monotonic()
 
-    async def _preempt(self, gang: str, victims: list[PodInfo], nominations: list[Nomination]) -> None:
+    async def _preempt(self, gang: str, victims: list[PodInfo], nominations: list[Nomination],
+                       budgeted: frozenset[str]) -> None:
         refusals = await asyncio.gather(*(self._evict(p, dry_run=True) for p in victims))
         refused = [(p, why) for p, why in zip(victims, refusals) if why]
         if refused:
@@ -85,7 +91,7 @@ class Evictor:
             return
         for nom in nominations:
             await self._set_nomination(nom.pod, nom.node_name)
-        refused = await self._evict_for_real(gang, victims)
+        refused = await self._evict_for_real(gang, victims, budgeted)
         still_there = {p.uid for p, _ in refused}
         evicted = [p for p in victims if p.uid not in still_there]
         group = self.cache.groups_raw.get(gang)
@@ -100,9 +106,11 @@ class Evictor:
                 f"(tried for {self.config.eviction_retry_seconds:g}s); its nominations are released and "
                 "it is planned again without the refused pods: eviction of "))
 
-    async def _evict_for_real(self, gang: str, victims: list[PodInfo]) -> list[tuple[PodInfo, str]]:
+    async def _evict_for_real(self, gang: str, victims: list[PodInfo],
+                              budgeted: frozenset[str]) -> list[tuple[PodInfo, str]]:
         """Evict ``victims``; a refused one is tried again with backoff until
-        ``evictionRetrySeconds`` have passed.  Returns those still refused."""
+        ``evictionRetrySeconds`` have passed; those in ``budgeted`` are logged
+        for the eviction budget once evicted.  Returns those still refused."""
         deadline = time.monotonic() + self.config.eviction_retry_seconds
         delay = RETRY_FIRST_DELAY_SECONDS
         trying = victims
@@ -116,6 +124,8 @@ class Evictor:
                     continue
                 self.evicted_total += 1
                 self.node_evicted_at[pod.node_name] = now
+                if pod.uid in budgeted:
+                    self.evicted_by_priority.add(now, pod.namespace)
                 self.on_victim(pod, gang)
                 self.events.emit(pod_ref(pod.namespace, pod.name, pod.uid), "Normal", "Preempted",
                                  f"Preempted by gang {gang} (priority above {pod.priority}) to make room on "

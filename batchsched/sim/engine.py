@@ -44,6 +44,7 @@ from batchsched.core.dra.extended import ExtendedClaim
 from batchsched.core.dra.model import ResourceClaim
 from batchsched.core.gpu_pools import stranded_gpus
 from batchsched.core.model import GroupSpec, NodeInfo, PodInfo, group_from_json, pod_from_json
+from batchsched.core.preemption.plan import lost_work
 from batchsched.core.queues.model import QueueInfo
 from batchsched.core.resources import Resources
 from batchsched.core.cluster import ClusterState
@@ -303,9 +304,11 @@ class Simulation:
 
     # ---- the loop ---------------------------------------------------------------
 
-    def run(self, until: float = math.inf, progress: TerminalProgress | None = None) -> SimResult:
+    def run(self, until: float = math.inf, progress: TerminalProgress | None = None,
+            phase: str | None = None) -> SimResult:
         """Run until nothing more happens, or up to simulated time ``until``;
-        ``progress`` shows how far it got while it works."""
+        ``progress`` shows how far it got while it works, named ``phase``
+        (default: the policy's name)."""
         last_cycle, last_change, dirty = -math.inf, self.now, True
         start = self.now
         while True:
@@ -339,7 +342,7 @@ class Simulation:
                 self.recorder.observe(self.now, self.busy_gpus)
             self.recorder.reserved(self.now, plan.reservation)
             if progress is not None:
-                progress.update(self.policy.name, self.now - start, len(self.placed), self.total_pods)
+                progress.update(phase or self.policy.name, self.now - start, len(self.placed), self.total_pods)
         if progress is not None:
             progress.done()
         return self.recorder.result(self.now)
@@ -457,7 +460,7 @@ class Simulation:
         for victim, preemptor, reclaim in evicted:  # a gang started over loses its bound members as a victim does
             pod = self.cluster.terminate(victim.uid)
             run = self.by_pod[pod.uid]
-            self.recorder.evicted(run.job, self.now, preemptor, reclaim)
+            self.recorder.evicted(run.job, self.now, preemptor, reclaim, lost_work(pod, to_unix(self.now)))
             if run.running and self._bound_members(run) < run.job.min_member:
                 self._stop(run)
             self._push(self.now + self.options.grace_seconds, _GONE, pod.uid)

@@ -11,6 +11,16 @@
 * **aligned**: multi-GPU pods bound on an aligned GPU set
   (``batchsched.core.topology.alignment.is_aligned``); on a node without a
   known topology a pod does not count as aligned;
+* **GPUDirect RDMA**: GPU pod bindings of multi-pod jobs whose pods were
+  bound on two or more nodes (over the run), and of those the ones whose
+  every GPU has a NIC at PIX or PXB (``GpuTopology.rdma_gpus``); a node
+  whose topology lists no NICs gives none;
+* **GPU-hours run by evicted pods**: over every eviction, the victim's
+  GPUs times its run since it started (or since its checkpoint-time, which
+  the simulator never sets; ``batchsched.core.preemption.plan.lost_work``):
+  the work a job without checkpoints loses.  The simulator itself lets a
+  preempted job resume with the time it had left, as if it saved its state
+  when evicted;
 * **unscheduled**: pods pending just after the last arrival's cycle, and
   pods never placed by the end of the run;
 * **DRA claims**: pods bound with an extended-resource claim, on nodes
@@ -52,6 +62,7 @@ from batchsched.core.queues.model import QueueInfo
 from batchsched.core.queues.share import fair_shares
 from batchsched.core.topology.accounting import topology_of
 from batchsched.core.topology.alignment import is_aligned
+from batchsched.core.topology.choose import mask_of
 
 if TYPE_CHECKING:
     from batchsched.sim.engine import SimCluster
@@ -85,7 +96,10 @@ class SimResult:
     allocated_peak: int = 0
     multi_gpu_pods: int = 0
     aligned_pods: int = 0
+    multi_node_gang_pods: int = 0  # GPU pod bindings of jobs whose pods were on 2+ nodes
+    rdma_pods: int = 0  # of those, on GPUs that each have a NIC at PIX/PXB
     evicted_pods: int = 0
+    evicted_gpu_hours: float = 0.0  # the victims' runs since start or checkpoint: work lost without checkpoints
     preempted_jobs: int = 0
     reserved_idle_gpu_hours: float = 0.0
     dra_gpus: int = 0  # of ``gpus``, those DRA serves
@@ -106,6 +120,10 @@ class SimResult:
     @property
     def aligned_share(self) -> float:
         return self.aligned_pods / self.multi_gpu_pods if self.multi_gpu_pods else math.nan
+
+    @property
+    def rdma_share(self) -> float:
+        return self.rdma_pods / self.multi_node_gang_pods if self.multi_node_gang_pods else math.nan
 
 
 def jain_index(values: Sequence[float]) -> float:
@@ -249,6 +267,8 @@ class Recorder:
                                  node_names=sorted(cluster.nodes))
         self.cycle_seconds = self.result_.cycle_seconds
         self._preempted: set[str] = set()
+        self._multi_pod = {job.key for job in jobs if job.pods > 1}
+        self._gang_bindings: dict[str, list[tuple[str, bool]]] = {}  # job -> (node, with RDMA) per GPU pod
         self._reservation: Reservation | None = None
         self._reserved_idle = 0  # GPUs idled by the reservation since...
         self._reserved_idle_since = 0.0  # ...this time
@@ -287,7 +307,12 @@ class Recorder:
             self._reserved_idle = sum(free)
 
     def bound(self, pod: PodInfo, node: NodeInfo) -> None:
-        if pod.requests.get(constants.GPU_RESOURCE, 0) < 2:
+        gpus = pod.requests.get(constants.GPU_RESOURCE, 0)
+        if gpus and pod.gang_key in self._multi_pod:
+            topology = topology_of(node)
+            rdma = topology is not None and bool(pod.gpu_ids) and not mask_of(pod.gpu_ids) & ~topology.rdma_gpus
+            self._gang_bindings.setdefault(pod.gang_key, []).append((node.name, rdma))
+        if gpus < 2:
             return
         self.result_.multi_gpu_pods += 1
         topology = topology_of(node)
@@ -314,11 +339,14 @@ class Recorder:
             self.queues.finished(job)
         self.result_.jobs_finished += 1
 
-    def evicted(self, job: Job, t: float, preemptor: str = "", reclaim: bool = False) -> None:
-        """``preemptor``: the key of the job the eviction makes room for ("": a gang started over)."""
+    def evicted(self, job: Job, t: float, preemptor: str = "", reclaim: bool = False,
+                lost_gpu_seconds: float = 0.0) -> None:
+        """``preemptor``: the key of the job the eviction makes room for ("": a gang started over);
+        ``lost_gpu_seconds``: the victim's run since its start or last checkpoint."""
         if self.queues is not None:
             self.queues.evicted(job, t, preemptor, reclaim)
         self.result_.evicted_pods += 1
+        self.result_.evicted_gpu_hours += lost_gpu_seconds / 3600
         self._preempted.add(job.key)
 
     def mark_last_arrival(self) -> None:
@@ -337,6 +365,9 @@ class Recorder:
         r.pods_never_placed = len(self.cluster.pending)
         r.pods_with_claims = self.cluster.pods_with_claims
         r.preempted_jobs = len(self._preempted)
+        spanning = [b for b in self._gang_bindings.values() if len({node for node, _ in b}) > 1]
+        r.multi_node_gang_pods = sum(len(b) for b in spanning)
+        r.rdma_pods = sum(rdma for b in spanning for _, rdma in b)
         start, stop = r.window if r.window[1] > r.window[0] else (r.window[0], end)
         r.allocated_mean = window_mean(r.series, 1, start, stop)
         r.held_idle_mean = r.allocated_mean - window_mean(r.series, 2, start, stop)

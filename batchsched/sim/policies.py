@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from batchsched.config import SchedulerConfig
 from batchsched.core.cycle import CyclePlan, schedule_cycle
-from batchsched.core.preemption.policy import PreemptionState
+from batchsched.core.preemption.policy import EvictionLog, PreemptionState
 from batchsched.core.queueing.queue import GangQueue
 from batchsched.sim.engine import SimCluster
 from batchsched.sim.workload import to_unix
@@ -33,6 +33,7 @@ class BatchschedPolicy:
         self._victims_by_gang: dict[str, set[str]] = {}
         self._evicted_at: dict[str, float] = {}  # node -> when it last had an eviction
         self._nominated_at: dict[str, float] = {}  # pod uid -> when it was nominated
+        self._evicted_by_priority = EvictionLog()  # for victims.maxPerNamespacePerHour
         self._offset = to_unix(0.0)  # simulated seconds -> the core's unix seconds
 
     def cycle(self, cluster: SimCluster, now: float) -> CyclePlan:
@@ -44,6 +45,8 @@ class BatchschedPolicy:
         for eviction in plan.evictions:
             self._victims_by_gang.setdefault(eviction.preemptor, set()).add(eviction.pod.uid)
             self._evicted_at[eviction.pod.node_name] = now
+            if not eviction.reclaim:
+                self._evicted_by_priority.add(now, eviction.pod.namespace)
         for nomination in plan.nominations:
             self._nominated_at[nomination.pod.uid] = now
         return plan
@@ -62,7 +65,8 @@ class BatchschedPolicy:
                 del self._victims_by_gang[gang]
         cooling = frozenset(node for node, t in self._evicted_at.items()
                             if now - t < self.preemption.node_cooldown_seconds)
-        return PreemptionState(cooling_nodes=cooling, in_flight=frozenset(self._victims_by_gang))
+        return PreemptionState(cooling_nodes=cooling, in_flight=frozenset(self._victims_by_gang),
+                               evicted_last_hour=self._evicted_by_priority.last_hour(now))
 
     def _expire_nominations(self, cluster: SimCluster, now: float) -> None:
         for uid, since in list(self._nominated_at.items()):

@@ -1,7 +1,9 @@
-"""A one-line progress display on stderr while a simulation works: long
-replays (the whole Alibaba trace takes minutes) would otherwise print
-nothing until the end.  Shown only when the stream is a terminal, redrawn
-at most every ``interval`` seconds of wall time, erased when a run ends."""
+"""A one-line progress display on stderr while a simulation or a benchmark
+works: long replays (the whole Alibaba trace takes minutes) would otherwise
+print nothing until the end.  Shown only when the stream is a terminal,
+redrawn at most every ``interval`` seconds of wall time, erased when a run
+ends.  One line: the phase (a policy, a benchmark's case), where it is
+(simulated time, a step), and items done against the total."""
 from __future__ import annotations
 
 import sys
@@ -24,13 +26,17 @@ class TerminalProgress:
     def if_terminal(cls, stream: TextIO = sys.stderr) -> "TerminalProgress | None":
         return cls(stream) if stream.isatty() else None
 
-    def update(self, policy: str, simulated_seconds: float, placed: int, total: int) -> None:
+    def update(self, phase: str, simulated_seconds: float, placed: int, total: int) -> None:
+        """A simulation's line: ``phase`` is its policy (or a benchmark's case)."""
+        self.show(phase, f"{duration(simulated_seconds)} simulated", placed, total, "pods placed")
+
+    def show(self, phase: str, where: str, done: int, total: int, items: str) -> None:
+        """``phase: where, done/total items``, unless drawn less than ``interval`` ago."""
         now = self.clock()
         if now - self._last < self.interval:
             return
         self._last = now
-        self.stream.write(f"\r\033[K{policy}: {duration(simulated_seconds)} simulated, "
-                          f"{placed}/{total} pods placed")
+        self.stream.write(f"\r\033[K{phase}: {where}, {done}/{total} {items}")
         self.stream.flush()
         self._drawn = True
 

@@ -27,6 +27,10 @@ def _aligned(r: SimResult) -> str:
     return f"{100 * r.aligned_share:.1f}% of {r.multi_gpu_pods}" if r.multi_gpu_pods else "-"
 
 
+def _rdma(r: SimResult) -> str:
+    return f"{100 * r.rdma_share:.1f}% of {r.multi_node_gang_pods}" if r.multi_node_gang_pods else "-"
+
+
 def _cycles(r: SimResult) -> str:
     if not r.cycle_seconds:
         return "0"
@@ -42,9 +46,11 @@ ROWS: list[tuple[str, Callable[[SimResult], str]]] = [
     ("stranded GPUs (mean)", lambda r: f"{r.stranded_mean:.1f}"),
     ("GPU-hours idled by reservations", lambda r: f"{r.reserved_idle_gpu_hours:.1f}"),
     ("aligned multi-GPU pods", _aligned),
+    ("multi-node gang pods with RDMA", _rdma),
     ("unscheduled pods after arrivals", lambda r: str(r.pods_unscheduled)),
     ("pods never placed", lambda r: str(r.pods_never_placed)),
     ("preempted pods (jobs)", lambda r: f"{r.evicted_pods} ({r.preempted_jobs})"),
+    ("  GPU-hours they had run", lambda r: f"{r.evicted_gpu_hours:.1f}"),
     ("cycles, p99 cycle time", _cycles),
 ]
 # shown only where some GPUs are served through DRA

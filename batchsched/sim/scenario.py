@@ -95,7 +95,7 @@ def _first_pods(jobs: list[Job], max_pods: int | None) -> list[Job]:
 def policy_for(name: str, config: SchedulerConfig, seed: int) -> Policy:
     if name == BATCHSCHED:
         return BatchschedPolicy(config)
-    return baselines.baseline(name, seed, config.core().default_queue)
+    return baselines.baseline(name, seed, config.core().default_queue, config.preemption.policy())
 
 
 def run_scenario(scenario: Scenario, policies: list[str] = list(POLICIES), seed: int = 1,

@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 import time
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from batchsched.api.constants import GPU_IDS_ANNOTATION, GPU_TOPOLOGY_ANNOTATION, POD_GROUP_LABEL
+from batchsched.api.constants import (CHECKPOINT_TIME_ANNOTATION, GPU_IDS_ANNOTATION, GPU_TOPOLOGY_ANNOTATION,
+                                      POD_GROUP_LABEL)
 from batchsched.core.topology.annotation import to_annotation
 from batchsched.core.topology.choose import choose_gpus, mask_of
 from batchsched.core.topology.parse import parse_topo
@@ -253,3 +255,41 @@ def test_nominations_left_while_preemption_was_on_expire_once_it_is_off(env, sta
     wait_for("nomination cleared", lambda: not env.pods()["big-0"]["status"].get("nominatedNodeName"), timeout=45)
     assert time.monotonic() - started >= 3, "cleared before nominationTimeoutSeconds"
     assert members_bound(env, "big-") == []
+
+
+# 10
+def test_a_namespace_past_its_eviction_budget_gives_no_more_victims(env, start_scheduler):
+    pc = Classes(env)
+    node = env.add_node("gpu0", gpus=8)
+    inference = fill_with_inference(env, [node], 8, pc.low)
+    make_gang(env, "first", 1, group_spec={"priorityClassName": pc.high}, gpus=2, cpu="1", priority_class=pc.high)
+    start_scheduler(**preemption_config(maxPerNamespacePerHour=2))
+    wait_for("first bound", lambda: len(members_bound(env, "first-")) == 1, timeout=60)
+    assert len(alive(env, inference)) == 6
+    # the namespace's two evictions of the hour are spent: the next gang gets none and says why
+    make_gang(env, "second", 1, group_spec={"priorityClassName": pc.high}, gpus=2, cpu="1", priority_class=pc.high)
+    message = wait_verdict(env, "second", "reached their eviction budget")
+    assert f"Namespace(s) {env.namespace} reached their eviction budget (maxPerNamespacePerHour=2)" in message
+    assert len(alive(env, inference)) == 6 and members_bound(env, "second-") == []
+
+
+# 11
+def test_the_victim_is_the_pod_that_loses_least_work_and_hostile_checkpoints_are_logged(env, start_scheduler):
+    pc = Classes(env)
+    node = env.add_node("gpu0", gpus=8)
+    inference = fill_with_inference(env, [node], 8, pc.low)
+    time.sleep(2)  # every pod has run a while: the one that saved its work just now loses least
+    saved, garbled, ahead = inference[5], inference[6], inference[7]
+    now = datetime.now(timezone.utc)
+    for name, value in ((saved, now.strftime("%Y-%m-%dT%H:%M:%S.%fZ")), (garbled, "tomorrow"),
+                        (ahead, (now + timedelta(days=1)).isoformat())):
+        env.kube.merge_patch(f"/api/v1/namespaces/{env.namespace}/pods/{name}",
+                             {"metadata": {"annotations": {CHECKPOINT_TIME_ANNOTATION: value}}})
+    make_gang(env, "train", 1, group_spec={"priorityClassName": pc.high}, gpus=1, cpu="1", priority_class=pc.high)
+    scheduler = start_scheduler(**preemption_config())
+    wait_for("train bound", lambda: len(members_bound(env, "train-")) == 1, timeout=60)
+    assert [n for n in inference if n not in alive(env, inference)] == [saved]
+    log = scheduler.log()
+    assert f"{env.namespace}/{garbled}: ignoring annotation {CHECKPOINT_TIME_ANNOTATION}: 'tomorrow' is not an " \
+           "RFC3339 time" in log
+    assert f"{env.namespace}/{ahead}: ignoring annotation {CHECKPOINT_TIME_ANNOTATION}: it is in the future" in log

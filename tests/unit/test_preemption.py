@@ -186,7 +186,7 @@ def _gang_with_a_spare_member(node_names=("a",) * 4, **request):
     the youngest member (old-3) is a spare, a unit of its own, and also in
     the whole-gang unit."""
     members = gang_pods("old", 4, priority=50, phase="Running", **request)
-    members = [replace(p, started=float(i), node_name=n) for i, (p, n) in enumerate(zip(members, node_names))]
+    members = [replace(p, started=float(1 + i), node_name=n) for i, (p, n) in enumerate(zip(members, node_names))]
     return members, group("old", min_member=3)
 
 

@@ -23,7 +23,7 @@ def test_simulate_without_arguments_runs_the_embedded_default(tmp_path):
     assert "cluster:  embedded default (40 nodes, 320 GPUs" in out
     assert "workload: embedded default (" in out
     header = next(line for line in out.splitlines() if "batchsched" in line and "spread" in line)
-    assert header.split() == ["batchsched", "spread", "binpack", "random"]
+    assert header.split() == ["batchsched", "spread", "binpack", "random", "volcano-like", "kai-like"]
     for row in ("jobs placed", "wait p50 / p90 / p99", "GPU allocation", "stranded GPUs",
                 "aligned multi-GPU pods", "preempted pods", "unscheduled pods"):
         assert row in out

@@ -53,7 +53,7 @@ def test_the_batchsched_policy_runs_the_real_cycle(monkeypatch):
     assert result.jobs_started == 1 and len(calls) == len(result.cycle_seconds) == 1
 
 
-@pytest.mark.parametrize("policy", ["batchsched", "binpack", "random"])
+@pytest.mark.parametrize("policy", ["batchsched", "binpack", "random", "volcano-like", "kai-like"])
 def test_gang_policies_never_bind_a_gang_partially(policy):
     jobs = [training(f"g{i}", 7 * i, 60 + 13 * i, pods=1 + i % 4, gpus=(2, 4, 8)[i % 3]) for i in range(40)]
     chosen = BatchschedPolicy() if policy == "batchsched" else baseline(policy, seed=3)
@@ -90,6 +90,7 @@ def test_preemption_evicts_inference_and_the_victim_is_recreated():
     simulation = Simulation(nodes(1), [infer, train], BatchschedPolicy(PREEMPTING))
     result = simulation.run()
     assert result.evicted_pods == 1 and result.preempted_jobs == 1
+    assert result.evicted_gpu_hours == 8 * 200 / 3600  # its 8 GPUs had run 200 s
     # the victim terminates for 30 s, then train binds; infer comes back when train ends
     runs = simulation.runs
     assert runs["default/train"].started == 230.0

@@ -46,7 +46,8 @@ def test_philly_jobs_are_gangs_of_equal_pods(trace_dir):
 def test_a_small_alibaba_replay_runs_every_policy(trace_dir):
     scenario = build_scenario(trace="alibaba", trace_dir=trace_dir, max_pods=150)
     results = run_scenario(scenario)
-    assert [r.policy for r in results] == ["batchsched", "spread", "binpack", "random", "proportion"]
+    assert [r.policy for r in results] == ["batchsched", "spread", "binpack", "random", "volcano-like", "kai-like",
+                                          "proportion"]
     assert all(r.jobs == 150 and r.jobs_started > 0 for r in results)
 
 

@@ -37,8 +37,8 @@ from batchsched.core.dra.demand import DeviceDemand
 from batchsched.core.model import NodeInfo, TopologyPolicy
 from batchsched.core.placement.fit import insufficient_reason
 from batchsched.core.topology.accounting import GpuRoom, gpus_shared, numa_of, topology_of
-from batchsched.core.topology.choose import choose_gpus, evaluate, gpus_of, mask_of
-from batchsched.core.topology.model import Link
+from batchsched.core.topology.choose import GpuChoice, choose_gpus, evaluate, gpus_of, mask_of
+from batchsched.core.topology.model import GpuTopology, Link
 
 REASON_SHARED_GPUS = "node(s) had shared GPUs and the gang asks for exclusive ones"
 REASON_NO_NVLINK_SET = "node(s) had no free GPUs all joined by NVLink"
@@ -92,7 +92,7 @@ def pick_gpus(node: NodeInfo, room: GpuRoom | None, request: Mapping[str, int],
     if topology is None:
         if k > 1 and policy.gpu_link == "require-nvlink":
             return REASON_NO_NVLINK_SET
-        return GpuPick(gpus_of(room.free)[:k], None, _quality(policy, k, _FLAT_WORST, 0, 1))
+        return GpuPick(gpus_of(room.free)[:k], None, _quality(policy, k, _FLAT_WORST, 0, 1, k))
     single_numa = SINGLE_NUMA_NODE in (policy.numa, node.labels.get(constants.TOPOLOGY_MANAGER_POLICY_LABEL))
     if single_numa and room.numa_free:
         wanted = {name: request.get(name, 0) for name in (res.CPU, res.MEMORY)}
@@ -100,6 +100,8 @@ def pick_gpus(node: NodeInfo, room: GpuRoom | None, request: Mapping[str, int],
         for numa, left in sorted(room.numa_free.items()):
             in_numa = mask_of(g.index for g in topology.gpus if g.numa in (numa, None))
             choice = None if res.fits(wanted, left) else choose_gpus(topology, room.free, k, in_numa)
+            if choice is not None and policy.rdma:
+                choice = _with_rdma(topology, room.free, k, choice, in_numa)
             if choice is not None:
                 options.append((tuple(-x for x in choice.objective), choice.gpus, numa, choice))
         if not options:
@@ -107,10 +109,32 @@ def pick_gpus(node: NodeInfo, room: GpuRoom | None, request: Mapping[str, int],
         *_, numa, choice = min(options)
     else:
         choice = choose_gpus(topology, room.free, k)
+        if policy.rdma:
+            choice = _with_rdma(topology, room.free, k, choice)
         numa = numa_of(topology, choice.gpus)
     if k > 1 and policy.gpu_link == "require-nvlink" and choice.worst < _NVLINK:
         return REASON_NO_NVLINK_SET
-    return GpuPick(choice.gpus, numa, _quality(policy, k, choice.worst, choice.gbps, choice.numa_nodes))
+    return GpuPick(choice.gpus, numa, _quality(policy, k, choice.worst, choice.gbps, choice.numa_nodes,
+                                               _without_rdma(topology, choice.gpus)))
+
+
+def _with_rdma(topology: GpuTopology, free: int, k: int, best: GpuChoice, allowed: int | None = None) -> GpuChoice:
+    """``best`` (of the ``allowed`` GPUs), or as good a set (the same worst
+    link, no more NUMA nodes) whose every GPU has GPUDirect RDMA, when there
+    is one."""
+    if not _without_rdma(topology, best.gpus) or not topology.rdma_gpus & free:
+        return best
+    served = choose_gpus(topology, free, k, topology.rdma_gpus if allowed is None else topology.rdma_gpus & allowed)
+    if served is not None and served.worst >= best.worst and served.numa_nodes <= best.numa_nodes:
+        return served
+    return best
+
+
+def _without_rdma(topology: GpuTopology | None, gpus: tuple[int, ...]) -> int:
+    """How many of ``gpus`` have no NIC at PIX/PXB (all, on an unknown topology)."""
+    if topology is None:
+        return len(gpus)
+    return (mask_of(gpus) & ~topology.rdma_gpus).bit_count()
 
 
 def charged(request: Mapping[str, int], pick: GpuPick | None, demand: DeviceDemand | None) -> Mapping[str, int]:
@@ -175,15 +199,22 @@ def _pick_in_turn(node: NodeInfo, room: GpuRoom, request: Mapping[str, int], pol
         return claims.free_reason(demand)
     topology = topology_of(node)
     if topology is None:
-        return GpuPick(gpus, None, _quality(policy, len(gpus), _FLAT_WORST, 0, 1))
+        return GpuPick(gpus, None, _quality(policy, len(gpus), _FLAT_WORST, 0, 1, len(gpus)))
     choice = evaluate(topology, gpus, room.free)
     if len(gpus) > 1 and policy.gpu_link == "require-nvlink" and choice.worst < _NVLINK:
         return REASON_NO_NVLINK_SET
     return GpuPick(gpus, numa_of(topology, gpus), _quality(policy, len(gpus), choice.worst, choice.gbps,
-                                                           choice.numa_nodes))
+                                                           choice.numa_nodes, _without_rdma(topology, gpus)))
 
 
-def _quality(policy: TopologyPolicy, k: int, worst: int, gbps: int, numa_nodes: int) -> tuple[int, ...]:
-    if k < 2 or policy.gpu_link == "any":
+def _quality(policy: TopologyPolicy, k: int, worst: int, gbps: int, numa_nodes: int,
+             without_rdma: int) -> tuple[int, ...]:
+    """Lower is better.  For a gang preferring GPUDirect RDMA, the GPUs
+    without it count right after the worst link (alone for one GPU, which
+    has no link); ``gpuLink: any`` compares nodes on packing only."""
+    if policy.gpu_link == "any":
         return ()
-    return (-worst, -gbps, numa_nodes)
+    rdma = (without_rdma,) if policy.rdma else ()
+    if k < 2:
+        return rdma
+    return (-worst,) + rdma + (-gbps, numa_nodes)

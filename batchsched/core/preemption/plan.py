@@ -13,7 +13,9 @@ Cost, compared in this order (docs/preemption.md):
 2. fewest gangs broken (whole-gang units);
 3. lowest highest-victim priority;
 4. fewest victims;
-5. lowest total victim priority.
+5. lowest total victim priority;
+6. least work lost (``lost_work``: GPU-seconds since each victim's start or
+   its last checkpoint).
 
 A spare member of a gang is a unit of its own and also in its whole gang's
 unit: victims, their cost and the room they free count each pod once.
@@ -23,6 +25,7 @@ cycle (``budget``).
 """
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, Collection, Iterable, Mapping
 
@@ -39,8 +42,19 @@ from batchsched.core.snapshot import Snapshot
 from batchsched.core.topology.accounting import GpuRoom, charged_numa
 from batchsched.core.topology.choose import mask_of
 
-Cost = tuple[int, int, int, int]
-NO_COST: Cost = (0, -(2**31), 0, 0)
+Cost = tuple[int, int, int, int, float]
+NO_COST: Cost = (0, -(2**31), 0, 0, 0.0)
+
+
+def lost_work(pod: PodInfo, now: float) -> float:
+    """GPU-seconds (a pod without GPUs counts as one) the pod would lose if
+    evicted at ``now``: its run since it started, or since its last
+    checkpoint when that is later.  A checkpoint in the future is ignored
+    (the annotation is tenant-written; the shell logs such values)."""
+    since = pod.started
+    if since < pod.checkpoint <= now:
+        since = pod.checkpoint
+    return max(0.0, now - since) * max(1, pod.requests.get(GPU_RESOURCE, 0)) if since else 0.0
 
 
 @dataclass(frozen=True)
@@ -48,6 +62,7 @@ class VictimUnit:
     key: str
     pods: tuple[PodInfo, ...]
     breaks_gang: bool
+    now: float = 0.0  # when it would be evicted, for the work it loses
 
     @property
     def nodes(self) -> frozenset[str]:
@@ -56,15 +71,17 @@ class VictimUnit:
     @property
     def cost(self) -> Cost:
         priorities = [p.priority for p in self.pods]
-        return (int(self.breaks_gang), max(priorities), len(self.pods), sum(priorities))
+        return (int(self.breaks_gang), max(priorities), len(self.pods), sum(priorities),
+                sum(lost_work(p, self.now) for p in self.pods))
 
 
 def combined_cost(units: Collection[VictimUnit]) -> Cost:
     pods = _distinct_pods(units)
     if not pods:
         return NO_COST
+    now = next(iter(units)).now
     return (sum(u.breaks_gang for u in units), max(p.priority for p in pods), len(pods),
-            sum(p.priority for p in pods))
+            sum(p.priority for p in pods), sum(lost_work(p, now) for p in pods))
 
 
 def _distinct_pods(units: Iterable[VictimUnit], gone: Collection[str] = ()) -> list[PodInfo]:
@@ -112,8 +129,9 @@ def victim_units(snapshot: Snapshot, gangs: Mapping[str, Gang], preemptor: Gang,
     units: list[VictimUnit] = []
     by_gang: dict[str, list[PodInfo]] = {}
     above = preemptor.priority if reclaim is None else _ANY_PREEMPTOR
+    left = _evictions_left(snapshot, policy, state, excluded) if reclaim is None else None
     for pod in _victim_candidates(snapshot, policy, state):
-        if pod.uid in excluded or pod.gang_key == preemptor.key:
+        if pod.uid in excluded or pod.gang_key == preemptor.key or (left is not None and left(pod.namespace) < 1):
             continue
         gang = gangs.get(pod.gang_key) if pod.scheduler_name == snapshot.scheduler_name else None
         if reclaim is not None and (gang is None or not reclaim(pod.gang_key)):
@@ -124,22 +142,50 @@ def victim_units(snapshot: Snapshot, gangs: Mapping[str, Gang], preemptor: Gang,
         if group is not None and group.min_member > 1:
             by_gang.setdefault(pod.gang_key, []).append(pod)
         else:
-            units.append(VictimUnit(pod.uid, (pod,), False))
+            units.append(VictimUnit(pod.uid, (pod,), False, now))
     for key, candidates in by_gang.items():
         gang = gangs[key]
         # Spare members an earlier preemptor of this cycle takes are spare no more.
         taken = sum(1 for p in gang.bound_active if p.uid in excluded)
         spare = len(gang.bound_active) - taken - gang.min_member
-        # Members beyond minMember may go one by one (the youngest first)...
-        singles = sorted(candidates, key=lambda p: (-p.started, p.name))[:max(0, spare)]
+        # Members beyond minMember may go one by one (those losing the least work first)...
+        singles = sorted(candidates, key=lambda p: (lost_work(p, now), p.name))[:max(0, spare)]
         for pod in singles:
-            units.append(VictimUnit(pod.uid, (pod,), False))
+            units.append(VictimUnit(pod.uid, (pod,), False, now))
         # ...but taking more breaks the gang: then all of it, or none.
         if policy.gang_victims == GANG_VICTIMS_NEVER or len(candidates) < len(gang.bound_active):
             continue
-        units.append(VictimUnit(f"gang:{key}", tuple(candidates), True))
+        if left is not None and _beyond_budget(candidates, left):
+            continue
+        units.append(VictimUnit(f"gang:{key}", tuple(candidates), True, now))
     units.sort(key=lambda u: (u.cost, u.key))
     return units
+
+
+def _evictions_left(snapshot: Snapshot, policy: PreemptionPolicy, state: PreemptionState,
+                    excluded: Collection[str]) -> Callable[[str], float] | None:
+    """How many more pods of a namespace priority preemption may evict in
+    this cycle: its hourly budget less the last hour's evictions and those
+    of earlier preemptors in the cycle (``excluded``); None: no budget."""
+    if policy.namespace_evictions_per_hour is None:
+        return None
+    taken = Counter(snapshot.pods[uid].namespace for uid in excluded if uid in snapshot.pods)
+    return lambda namespace: state.evictions_left(policy, namespace) - taken[namespace]
+
+
+def _beyond_budget(victims: Iterable[PodInfo], left: Callable[[str], float]) -> str:
+    """The first namespace that evicting ``victims`` takes past its budget ("" if none)."""
+    counts = Counter(p.namespace for p in victims)
+    return next((ns for ns, n in sorted(counts.items()) if n > left(ns)), "")
+
+
+def _spent_namespaces(snapshot: Snapshot, policy: PreemptionPolicy, state: PreemptionState,
+                      excluded: Collection[str]) -> list[str]:
+    """Namespaces with candidate victims that their eviction budget keeps."""
+    left = _evictions_left(snapshot, policy, state, excluded)
+    if left is None:
+        return []
+    return sorted({p.namespace for p in _victim_candidates(snapshot, policy, state) if left(p.namespace) < 1})
 
 
 def _victim_candidates(snapshot: Snapshot, policy: PreemptionPolicy, state: PreemptionState) -> list[PodInfo]:
@@ -245,6 +291,10 @@ def plan_preemption(snapshot: Snapshot, gangs: Mapping[str, Gang], gang: Gang,
         if best is None:
             message = (f"Gang {gang.key} would not fit even after evicting every pod policy allows; "
                        "nothing was evicted.")
+            spent = _spent_namespaces(snapshot, policy, state, excluded) if reclaim is None else []
+            if spent:
+                message += (f" Namespace(s) {', '.join(spent[:5])} reached their eviction budget "
+                            f"(maxPerNamespacePerHour={policy.namespace_evictions_per_hour}).")
             if state.refused:
                 uid, why = next(iter(sorted(state.refused.items())))
                 message += (f" {len(state.refused)} candidate victim(s) could not be evicted lately, "
@@ -264,6 +314,12 @@ def plan_preemption(snapshot: Snapshot, gangs: Mapping[str, Gang], gang: Gang,
         nominations.append((pod, node))
 
     victims = tuple(_distinct_pods(chosen.values()))
+    left = _evictions_left(snapshot, policy, state, excluded) if reclaim is None else None
+    spent = _beyond_budget(victims, left) if left is not None else ""
+    if spent:
+        return NoPreemption(f"Gang {gang.key} would evict more pods of namespace {spent} than the "
+                            f"{left(spent):.0f} left of its eviction budget "
+                            f"(maxPerNamespacePerHour={policy.namespace_evictions_per_hour}); nothing was evicted.")
     if len(victims) > budget:
         limit = f"maxVictimsPerCycle={policy.max_victims_per_cycle}"
         if budget < policy.max_victims_per_cycle:

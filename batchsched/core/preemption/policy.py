@@ -2,6 +2,7 @@
 ``preemption`` section (configs/scheduler.yaml, docs/preemption.md)."""
 from __future__ import annotations
 
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Mapping
 
@@ -28,6 +29,9 @@ class PreemptionPolicy:
     preemptor_priority_classes: frozenset[str] = frozenset()  # non-empty: only these classes
     # limits
     max_victims_per_cycle: int = 64
+    # At most this many pods of one namespace evicted by priority preemption in
+    # any hour (None: no limit); PreemptionState.evicted_last_hour counts them.
+    namespace_evictions_per_hour: int | None = None
     node_cooldown_seconds: float = 30.0
     nomination_timeout_seconds: float = 120.0
 
@@ -76,3 +80,30 @@ class PreemptionState:
     # pod uid -> why the Eviction API refused it lately (a PodDisruptionBudget, say)
     refused: Mapping[str, str] = field(default_factory=dict)
     in_flight: frozenset[str] = field(default_factory=frozenset)  # gangs whose victims are still going
+    # namespace -> its pods evicted by priority preemption in the last hour
+    evicted_last_hour: Mapping[str, int] = field(default_factory=dict)
+
+    def evictions_left(self, policy: PreemptionPolicy, namespace: str) -> float:
+        """How many more of the namespace's pods priority preemption may evict now."""
+        if policy.namespace_evictions_per_hour is None:
+            return float("inf")
+        return max(0, policy.namespace_evictions_per_hour - self.evicted_last_hour.get(namespace, 0))
+
+
+EVICTION_BUDGET_WINDOW_SECONDS = 3600.0  # the hour of victims.maxPerNamespacePerHour
+
+
+class EvictionLog:
+    """The namespaces of the pods priority preemption evicted, with when:
+    the shell's (and the simulator's) record for ``evicted_last_hour``."""
+
+    def __init__(self) -> None:
+        self._evicted: deque[tuple[float, str]] = deque()
+
+    def add(self, when: float, namespace: str) -> None:
+        self._evicted.append((when, namespace))
+
+    def last_hour(self, now: float) -> Counter[str]:
+        while self._evicted and now - self._evicted[0][0] >= EVICTION_BUDGET_WINDOW_SECONDS:
+            self._evicted.popleft()
+        return Counter(namespace for _, namespace in self._evicted)

@@ -30,6 +30,9 @@ if TYPE_CHECKING:
 NVLINK_GBPS = 25
 _PCIE = ("SYS", "NODE", "PHB", "PXB", "PIX")  # worst first
 _PCIE_GBPS = {"SYS": 10, "NODE": 14, "PHB": 16, "PXB": 20, "PIX": 22}
+# A NIC this close to a GPU (PCIe switches only, no host bridge) serves it
+# GPUDirect RDMA: the NIC reads and writes GPU memory peer to peer.
+RDMA_LINKS = frozenset({"PIX", "PXB"})
 _ALIASES = {"SOC": "SYS"}  # drivers before 384 named the inter-socket path SOC
 
 # Bounds on what a topology may describe, so that a hostile or broken one
@@ -223,6 +226,16 @@ class GpuTopology:
         nvlinked = nx.subgraph_view(self.graph, filter_edge=lambda i, j: self.link(i, j).is_nvlink)
         groups = (tuple(sorted(c)) for c in nx.connected_components(nvlinked) if len(c) > 1)
         return sorted(groups)
+
+    @cached_property
+    def rdma_gpus(self) -> int:
+        """The GPUs (a bit mask) with a NIC at PIX or PXB: GPUDirect RDMA."""
+        mask = 0
+        for nic in self.nics:
+            for index, link in enumerate(nic.links):
+                if link is not None and link.kind in RDMA_LINKS:
+                    mask |= 1 << index
+        return mask
 
     def gpus_in_numa(self, numa: int) -> tuple[int, ...]:
         return tuple(g.index for g in self.gpus if g.numa == numa)
