@@ -75,6 +75,7 @@ class PodGroupStatus(ApiModel):
     succeeded: int = 0
     failed: int = 0
     pending: int = 0  # members not bound yet (gated ones included)
+    elastic: int = 0  # members bound beyond minMember (placed as room allows, the first victims)
     priority: int | None = None  # what the gang queues and preempts at; unset while it has no members
     schedule_start_time: str | None = Field(None, alias="scheduleStartTime")
     conditions: list[Condition] = Field(default_factory=list)

@@ -86,6 +86,12 @@ def explain_gang(snapshot: Snapshot, gang_key: str, config: CoreConfig = CoreCon
     report.add(f"Gang {gang.key}: minMember {gang.min_member}, priority {gang.priority}")
     report.add(f"  members: {len(gang.members)} ({len(gang.bound_active)} bound, {len(gang.pending)} pending"
                f", {gang.gated} gated)")
+    elastic = gang.active - gang.min_member
+    if elastic > 0:  # beyond minMember: placed as room allows, the first victims (docs/podgroup.md)
+        bound = min(elastic, max(0, len(gang.bound_active) - gang.min_member))
+        report.data["elastic"] = {"members": elastic, "bound": bound, "pending": elastic - bound}
+        report.add(f"  elastic: {elastic} member(s) beyond minMember {gang.min_member} ({bound} bound, "
+                   f"{elastic - bound} pending): placed as room allows, the first victims at their priority")
     if gang.problem is not None:
         report.data["problem"] = {"reason": gang.problem.reason, "message": gang.problem.message}
         report.data["reason"] = gang.problem.reason

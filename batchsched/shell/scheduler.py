@@ -537,7 +537,8 @@ class Scheduler:
         status = PodGroupStatus(
             phase=phase, observed_generation=obj["metadata"].get("generation", 0),
             bound=counters.bound, running=counters.running, succeeded=counters.succeeded, failed=counters.failed,
-            pending=counters.pending, priority=effective_priority(spec, members) if spec and members else None,
+            pending=counters.pending, elastic=max(0, counters.bound - min_member),
+            priority=effective_priority(spec, members) if spec and members else None,
             conditions=[Condition.model_validate(c) for c in conditions_for(phase, reason, message)],
             schedule_start_time=self.start_times.get(key))
         written = status.to_json()

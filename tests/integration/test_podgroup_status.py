@@ -43,19 +43,23 @@ def test_get_podgroups_shows_phase_counts_priority_and_reason_of_waiting_and_bou
     env.create(pod_group("ready", env.namespace, 2))
     env.create(pod_group("short", env.namespace, 3))
     env.create(pod_group("train", env.namespace, 2))
+    env.create(pod_group("wide", env.namespace, 1))  # elastic: 1 needed, 2 run as room allows
     for i in range(2):
+        env.create(pod(f"wide-{i}", env.namespace, group="wide", cpu="1"))
         env.create(pod(f"ready-{i}", env.namespace, group="ready", cpu="1", priority_class=important))
         env.create(pod(f"short-{i}", env.namespace, group="short", cpu="1"))
         env.create(pod(f"typo-{i}", env.namespace, group="trian", cpu="1"))  # the label misspells "train"
     start_scheduler()
     wait_for("ready bound and running, short and train reported", lambda: (
         (rows := table(env)[1])["ready"]["Running"] == 2 and rows["short"]["Reason"] == "QuorumNotReached"
-        and "trian" in rows["train"]["Message"]), timeout=60)
+        and "trian" in rows["train"]["Message"] and rows["wide"]["Bound"] == 2), timeout=60)
 
     columns, rows = table(env)
     assert [c["name"] for c in columns if c["priority"] == 0] == [
         "Name", "Phase", "Queue", "MinMember", "Bound", "Running", "Pending", "Priority", "Reason", "Age"]
-    assert [c["name"] for c in columns if c["priority"] == 1] == ["Succeeded", "Failed", "PriorityClass", "Message"]
+    assert [c["name"] for c in columns if c["priority"] == 1] == [
+        "Succeeded", "Failed", "Elastic", "PriorityClass", "Message"]
+    assert (rows["wide"]["Elastic"], rows["ready"]["Elastic"]) == (1, 0)
     ready, short, train = rows["ready"], rows["short"], rows["train"]
     assert {k: ready[k] for k in ("Phase", "MinMember", "Bound", "Running", "Pending", "Priority", "Reason")} == {
         "Phase": "Running", "MinMember": 2, "Bound": 2, "Running": 2, "Pending": 0, "Priority": 50,

@@ -123,3 +123,14 @@ def test_the_node_agents_condition_is_the_nodes_side_of_the_checklist():
         {"node": "bad", "reason": "GPUCountMismatch", "message": "driver: 8 GPUs visible; advertised: 4"}]
     assert "node agent" not in str(explain_gang(snapshot([node("plain", gpu=8)], gang_pods("g", 1, gpu=8),
                                                          [group("g")]), "default/g"))
+
+
+def test_the_elastic_part_of_a_gang_is_shown_apart():
+    pods = gang_pods("g", 2, gpu=8, node_name="gpu", phase="Running") + gang_pods("g", 4, gpu=8)[2:]
+    snap = snapshot([node("gpu", gpu=8), node("gpu2", gpu=8)], pods, [group("g", min_member=2)])
+    report = explain_gang(snap, "default/g")
+    assert "  elastic: 2 member(s) beyond minMember 2 (0 bound, 2 pending): placed as room allows, the first " \
+           "victims at their priority" in str(report)
+    assert report.data["elastic"] == {"members": 2, "bound": 0, "pending": 2}
+    whole = explain_gang(snapshot([node("gpu", gpu=8)], pods, [group("g", min_member=4)]), "default/g")
+    assert "elastic" not in str(whole) and "elastic" not in whole.data

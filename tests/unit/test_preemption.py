@@ -73,6 +73,20 @@ def test_spare_members_of_a_victim_gang_go_one_by_one():
     assert len(plan.evictions) == 1  # one spare member: the gang keeps its quorum
 
 
+def test_elastic_members_are_the_first_victims_at_their_priority():
+    """A lone pod and a gang's elastic member (beyond its minMember) of the
+    same priority, each on 2 GPUs: the elastic member goes, though the lone
+    pod ran for less time (least work lost comes after)."""
+    members = gang_pods("elastic", 3, gpu=2, priority=50, node_name="a", phase="Running", started=1.0)
+    lone = pod("lone", gpu=2, priority=50, node_name="a", phase="Running", started=3000.0)
+    pods = members + [lone, pod("new", gpu=2, priority=100)]
+    elastic = snapshot([node("a", gpu=8)], pods, [group("elastic", min_member=2)], now=3600.0)
+    assert [e.pod.name for e in cycle(elastic).evictions] == ["elastic-0"]
+    # No member beyond minMember: the lone pod, which lost the least work, goes.
+    whole = snapshot([node("a", gpu=8)], pods, [group("elastic", min_member=3)], now=3600.0)
+    assert [e.pod.name for e in cycle(whole).evictions] == ["lone"]
+
+
 def test_policy_narrows_victims_and_preemptors():
     pods = inference("a", 8) + [pod("solo", gpu=2, priority=100)]
     snap = snapshot([node("a", gpu=8)], pods)

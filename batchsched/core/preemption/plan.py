@@ -12,13 +12,17 @@ Cost, compared in this order (docs/preemption.md):
 1. victims of equal or higher priority: never (they are not candidates);
 2. fewest gangs broken (whole-gang units);
 3. lowest highest-victim priority;
-4. fewest victims;
-5. lowest total victim priority;
-6. least work lost (``lost_work``: GPU-seconds since each victim's start or
+4. fewest victims that are not elastic (a gang's members beyond its
+   minMember, placed as room allows: the first victims, since the gang
+   runs on without them);
+5. fewest victims;
+6. lowest total victim priority;
+7. least work lost (``lost_work``: GPU-seconds since each victim's start or
    its last checkpoint).
 
-A spare member of a gang is a unit of its own and also in its whole gang's
-unit: victims, their cost and the room they free count each pod once.
+A spare member of a gang is a unit of its own (an elastic one) and also in
+its whole gang's unit: victims, their cost and the room they free count
+each pod once.
 Nothing is evicted unless the whole quorum fits once the victims are gone,
 and never more victims than are left of ``max_victims_per_cycle`` in the
 cycle (``budget``).
@@ -42,8 +46,8 @@ from batchsched.core.snapshot import Snapshot
 from batchsched.core.topology.accounting import GpuRoom, charged_numa
 from batchsched.core.topology.choose import mask_of
 
-Cost = tuple[int, int, int, int, float]
-NO_COST: Cost = (0, -(2**31), 0, 0, 0.0)
+Cost = tuple[int, int, int, int, int, float]
+NO_COST: Cost = (0, -(2**31), 0, 0, 0, 0.0)
 
 
 def lost_work(pod: PodInfo, now: float) -> float:
@@ -63,6 +67,7 @@ class VictimUnit:
     pods: tuple[PodInfo, ...]
     breaks_gang: bool
     now: float = 0.0  # when it would be evicted, for the work it loses
+    elastic: bool = False  # a member beyond its gang's minMember, taken alone
 
     @property
     def nodes(self) -> frozenset[str]:
@@ -71,8 +76,8 @@ class VictimUnit:
     @property
     def cost(self) -> Cost:
         priorities = [p.priority for p in self.pods]
-        return (int(self.breaks_gang), max(priorities), len(self.pods), sum(priorities),
-                sum(lost_work(p, self.now) for p in self.pods))
+        return (int(self.breaks_gang), max(priorities), 0 if self.elastic else len(self.pods), len(self.pods),
+                sum(priorities), sum(lost_work(p, self.now) for p in self.pods))
 
 
 def combined_cost(units: Collection[VictimUnit]) -> Cost:
@@ -80,7 +85,9 @@ def combined_cost(units: Collection[VictimUnit]) -> Cost:
     if not pods:
         return NO_COST
     now = next(iter(units)).now
-    return (sum(u.breaks_gang for u in units), max(p.priority for p in pods), len(pods),
+    elastic = {u.key for u in units if u.elastic}
+    return (sum(u.breaks_gang for u in units), max(p.priority for p in pods),
+            sum(1 for p in pods if p.uid not in elastic), len(pods),
             sum(p.priority for p in pods), sum(lost_work(p, now) for p in pods))
 
 
@@ -151,7 +158,7 @@ def victim_units(snapshot: Snapshot, gangs: Mapping[str, Gang], preemptor: Gang,
         # Members beyond minMember may go one by one (those losing the least work first)...
         singles = sorted(candidates, key=lambda p: (lost_work(p, now), p.name))[:max(0, spare)]
         for pod in singles:
-            units.append(VictimUnit(pod.uid, (pod,), False, now))
+            units.append(VictimUnit(pod.uid, (pod,), False, now, elastic=True))
         # ...but taking more breaks the gang: then all of it, or none.
         if policy.gang_victims == GANG_VICTIMS_NEVER or len(candidates) < len(gang.bound_active):
             continue
