@@ -235,6 +235,7 @@ class GroupSpec:
     preemption_policy: str = "PreemptLowerPriority"  # or Never: this gang never preempts
     preemptible: bool = True  # False: its pods are never victims
     queue: str = ""  # spec.queue; "": the configured default queue
+    expected_runtime_seconds: int | None = None  # spec.expectedRuntimeSeconds: a hint (core/queueing/runtime.py)
 
     @property
     def key(self) -> str:
@@ -600,4 +601,5 @@ def group_from_json(obj: Mapping[str, Any], priority: int | None = None) -> Grou
         preemptible=((meta.get("annotations") or {}).get(constants.PREEMPTIBLE_ANNOTATION, "true").lower()
                      != "false"),
         queue=spec.queue or "",
+        expected_runtime_seconds=spec.expected_runtime_seconds,
     )
