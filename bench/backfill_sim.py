@@ -19,6 +19,7 @@ that tree).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import statistics
 import sys
@@ -44,6 +45,7 @@ def main() -> None:
     parser.add_argument("--scenario", default="default,philly")
     parser.add_argument("--seeds", default="1,2,3")
     parser.add_argument("--policies", default="batchsched,binpack")
+    parser.add_argument("--runtime-hint", type=float, help="every stated runtime hint, as a multiple of duration")
     args = parser.parse_args()
     trace_dir = Path(os.environ.get("BATCHSCHED_TRACE_DIR", SHARED_TRACES))
 
@@ -64,6 +66,10 @@ def main() -> None:
         for seed in (int(s) for s in args.seeds.split(",")):
             scenario = build_scenario(trace="philly" if name == "philly" else None, trace_dir=trace_dir,
                                       seed=seed)
+            if args.runtime_hint:
+                scenario = dataclasses.replace(scenario, jobs=[
+                    dataclasses.replace(j, runtime_hint=args.runtime_hint) if j.runtime_hint else j
+                    for j in scenario.jobs])
             for policy in args.policies.split(","):
                 starts.clear()
                 began = time.perf_counter()

@@ -38,7 +38,6 @@ def reserved_scene():
 
 
 def test_a_bound_that_ends_before_the_reserved_gang_fits_backfills():
-    queue, snap = reserved_scene()
     ready = T0 + 200 + KILL_GRACE_SECONDS
     # 169 s from t=61, plus the kill's grace: gone by t=260 > 230; 139 s: by 230
     for deadline, backfills in ((169, False), (139, True)):
@@ -55,16 +54,20 @@ def test_a_bound_that_ends_before_the_reserved_gang_fits_backfills():
             assert "reserved for a waiting gang" in plan.verdicts["default/pod:short"].message
 
 
-def test_a_podgroup_hint_is_a_bound_too():
+def hinted_fill(hint: int):
+    """The reserved scene at t=61 with ``fill`` arriving: 2 x 4 GPUs, Job
+    pods, its PodGroup's expectedRuntimeSeconds ``hint``."""
     queue, snap = reserved_scene()
-    snap = later(snap, 0, *gang_pods("fill", 2, gpu=4, created=61, **JOB),
-                 groups=[group("fill", min_member=2, created=61, expected_runtime=160)])
+    return queue, later(snap, 0, *gang_pods("fill", 2, gpu=4, created=61, **JOB),
+                        groups=[group("fill", min_member=2, created=61, expected_runtime=hint)])
+
+
+def test_a_podgroup_hint_is_a_bound_too():
+    queue, snap = hinted_fill(160)
     plan = schedule_cycle(snap, queue, CONFIG)
     assert sorted(b.node_name for b in plan.bindings) == ["gpu-0", "gpu-1"]
     # A hint the reservation's expected time does not cover keeps it off.
-    queue, snap = reserved_scene()
-    snap = later(snap, 0, *gang_pods("fill", 2, gpu=4, created=61, **JOB),
-                 groups=[group("fill", min_member=2, created=61, expected_runtime=170)])
+    queue, snap = hinted_fill(170)
     assert schedule_cycle(snap, queue, CONFIG).bindings == []
 
 
@@ -88,9 +91,7 @@ def test_a_pod_without_a_bound_never_backfills():
 
 
 def test_a_backfilled_gang_past_its_hint_is_the_reserved_gangs_first_victim():
-    queue, snap = reserved_scene()
-    snap = later(snap, 0, *gang_pods("fill", 2, gpu=4, created=61, **JOB),
-                 groups=[group("fill", min_member=2, created=61, expected_runtime=100)])
+    queue, snap = hinted_fill(100)
     plan = schedule_cycle(snap, queue, CONFIG)
     assert sorted(b.node_name for b in plan.bindings) == ["gpu-0", "gpu-1"]
     fill = [replace(snap.pods[b.pod_uid], node_name=b.node_name, phase="Running", started=snap.now)
