@@ -381,10 +381,10 @@ def _preempt(snapshot: Snapshot, gangs: Mapping[str, Gang], gang: Gang, policy: 
     """Plan evictions for ``gang`` (by priority; with ``reclaim`` the room
     its queue lent; with ``overran`` only those gangs, past their runtime
     hints on its reserved nodes); returns the sentence its verdict gets."""
+    victims_of = reclaim if reclaim is not None else (overran.__contains__ if overran else None)
     outcome = plan_preemption(snapshot, gangs, gang, policy, state, capacity.free, capacity.node_filter,
                               going, capacity.rooms, off_limits, evicting,
-                              budget=policy.max_victims_per_cycle - len(evicting),
-                              reclaim=reclaim if reclaim is not None else overran.__contains__ if overran else None)
+                              budget=policy.max_victims_per_cycle - len(evicting), reclaim=victims_of)
     said = "" if reclaim is None else f"Queue {reclaim.queue} is below its fair share and reclaims: "
     if overran:
         said = "Gangs past their expectedRuntimeSeconds on its reserved nodes go first: "
@@ -436,8 +436,8 @@ def _refresh_reservation(snapshot: Snapshot, gangs: Mapping[str, Gang], queue: G
         # Gangs that turned drainable or not (a priority changed, or they
         # bound or ended), or whose runtime hint changed, change the picture
         # on the nodes of their pods.
-        turned = (drainable ^ before[1] | {k for k in hints.keys() | before[2].keys()
-                                           if hints.get(k) != before[2].get(k)}
+        turned = ((drainable ^ before[1]) | {k for k in hints.keys() | before[2].keys()
+                                             if hints.get(k) != before[2].get(k)}
                   if before and before[0] == gang.key else frozenset())
         nodes = {p.node_name for k in turned for p in (cluster.pods[u] for u in cluster.gang_uids(k)) if p.node_name}
         try:
