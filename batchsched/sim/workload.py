@@ -73,13 +73,15 @@ class Job:
 
     @property
     def has_pod_group(self) -> bool:
-        """Jobs of several pods, or with a topology policy, get a PodGroup;
-        a lone pod is a gang of one by itself."""
+        """Jobs of several pods, or with a topology policy, a queue or a
+        runtime hint (PodGroup fields), get a PodGroup; a lone pod is a gang
+        of one by itself."""
         return (self.pods > 1 or self.min_member > 1 or self.topology_policy != _DEFAULT_TOPOLOGY
                 or bool(self.queue) or self.expected_runtime_seconds is not None)
 
     @property
     def expected_runtime_seconds(self) -> int | None:
+        """Its PodGroup's hint (``runtime_hint`` x ``duration``); None: none."""
         return min(max(1, math.ceil(self.runtime_hint * self.duration)), MAX_INT32) if self.runtime_hint else None
 
     @property
