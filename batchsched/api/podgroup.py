@@ -54,6 +54,10 @@ class PodGroupSpec(ApiModel):
     topology_policy: TopologyPolicySpec | None = Field(None, alias="topologyPolicy")
     # The Queue (cluster-scoped) the gang is admitted through; unset: the configured default (docs/queues.md)
     queue: str | None = Field(None, max_length=253)
+    # A hint, not enforced: how long the gang's pods run once started; lets
+    # it backfill nodes drained for a reservation (docs/queueing.md, "Backfill")
+    expected_runtime_seconds: Annotated[int, Field(ge=1, le=MAX_INT32, strict=True)] | None = Field(
+        None, alias="expectedRuntimeSeconds")
 
 
 class Condition(ApiModel):

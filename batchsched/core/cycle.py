@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from dataclasses import dataclass, field
 from typing import Callable, Collection, Mapping
 
@@ -33,6 +34,7 @@ from batchsched.core.preemption.plan import NominationHolds, NoPreemption, plan_
 from batchsched.core.preemption.policy import PreemptionPolicy, PreemptionState
 from batchsched.core.placement.fit import REASON_RESERVED
 from batchsched.core.queueing.queue import GangQueue, Reservation
+from batchsched.core.queueing.runtime import KILL_GRACE_SECONDS, expected_end, overran_hint, runtime_bound
 from batchsched.core.queues.book import REASON_QUEUE_AT_LIMIT, Admission, QueueBook, Reclaim
 from batchsched.core.resources import Resources
 from batchsched.core.snapshot import Snapshot
@@ -48,9 +50,6 @@ REASON_CLAIMS_NOT_READY = "ResourceClaimsNotReady"
 REASON_SCHEDULE_TIMEOUT = "ScheduleTimeout"
 REASON_PARTIAL_TIMEOUT = "PartialGangTimeout"
 REASON_INTERNAL_ERROR = "InternalError"  # trying the gang raised; see its message
-# A pod killed at its activeDeadlineSeconds may take this long to go
-# (Kubernetes' default terminationGracePeriodSeconds).
-KILL_GRACE_SECONDS = 30.0
 # PodGroupNotFound and InvalidPodGroup come from batchsched.core.gangs.
 
 
@@ -260,12 +259,18 @@ def _try_gang(snapshot: Snapshot, gangs: GangIndex, key: str, queue: GangQueue, 
         queue.record_failure(key, now)
         plan.verdicts[key] = Verdict(False, REASON_QUEUE_AT_LIMIT, f"Gang {key} waits for its queue: {admission}.")
         return
-    off_limits = _off_limits(queue.reserved_against(key), admission)
+    reserved = queue.reserved_against(key)
+    off_limits = _off_limits(reserved, admission)
     own_holds = _released_for(withheld, holds.withheld(key)) if key in holds.claims else {}
     _give(capacity, own_holds, res.add)
     holds_given.update(own_holds)
     result = plan_gang(admission.pods, gang.need, capacity, reserved=off_limits,
                        cluster_total=cluster_total, task_need=gang.task_need, **_topology_args(gang, config))
+    if isinstance(result, PlanFailure) and reserved and _backfills(snapshot, admission.pods, queue.reservation):
+        # It ends before the reserved gang is expected to fit: the reserved
+        # nodes are its too (other nodes were tried first).
+        result = plan_gang(admission.pods, gang.need, capacity, reserved=_off_limits(frozenset(), admission),
+                           cluster_total=cluster_total, task_need=gang.task_need, **_topology_args(gang, config))
     if isinstance(result, PlanFailure):
         queue.record_failure(key, now)
         message = result.message
@@ -275,8 +280,12 @@ def _try_gang(snapshot: Snapshot, gangs: GangIndex, key: str, queue: GangQueue, 
                         "gets none until its pods or PodGroup change.")
         nominated_before = len(plan.nominations)
         if gang.need and preemption.enabled and not result.never_fits:  # no eviction could make it fit
-            said = _preempt(snapshot, gangs, gang, preemption, preemption_state, capacity,
-                            holds.going_for(key), off_limits, evicting, plan)
+            overran = _overran_hints(snapshot, gangs, gang, queue.reservation)
+            said = (_preempt(snapshot, gangs, gang, preemption, preemption_state, capacity, holds.going_for(key),
+                             off_limits, evicting, plan, overran=overran) + " ") if overran else ""
+            if len(plan.nominations) == nominated_before:
+                said += _preempt(snapshot, gangs, gang, preemption, preemption_state, capacity,
+                                 holds.going_for(key), off_limits, evicting, plan)
             reclaim = book.reclaim_for(gang) if len(plan.nominations) == nominated_before else None
             if reclaim is not None:  # its queue takes back what it lent, whatever the victims' priority
                 reclaimed = _preempt(snapshot, gangs, gang, preemption, preemption_state, capacity,
@@ -304,6 +313,35 @@ def _try_gang(snapshot: Snapshot, gangs: GangIndex, key: str, queue: GangQueue, 
                                    snapshot.cluster.dra.classes))
         for a in result.assignments)
     plan.verdicts[key] = Verdict(True, REASON_SCHEDULED, _scheduled_message(gang, result, admission))
+
+
+def _backfills(snapshot: Snapshot, pods: Collection[PodInfo], reservation: Reservation | None) -> bool:
+    """Whether ``pods`` may run on the reserved nodes meanwhile: each ends by
+    itself within its runtime bound (runtime.runtime_bound), counted from
+    now, by the time the reserved gang is expected to fit.  A pod without a
+    bound never backfills, nor does any while that time is unknown."""
+    ready_at = reservation.ready_at if reservation is not None else None
+    if ready_at is None:
+        return False
+    for pod in pods:
+        bound = runtime_bound(pod, snapshot.groups)
+        if bound is None or not pod.runs_to_completion or snapshot.now + bound > ready_at:
+            return False
+    return True
+
+
+def _overran_hints(snapshot: Snapshot, gangs: Mapping[str, Gang], gang: Gang,
+                   reservation: Reservation | None) -> frozenset[str]:
+    """The gangs the reservation ``gang`` holds waits for that run past
+    their runtime hints on its nodes: its first victims, whatever their
+    priority (docs/queueing.md, "Backfill")."""
+    if reservation is None or reservation.gang_key != gang.key:
+        return frozenset()
+    cluster, now = snapshot.cluster, snapshot.now
+    return frozenset(p.gang_key for name in reservation.nodes for p in cluster.bound_pods(name)
+                     if p.holds_resources and p.gang_key != gang.key and p.scheduler_name == snapshot.scheduler_name
+                     and p.gang_key in gangs and gangs[p.gang_key].priority <= gang.priority
+                     and overran_hint(p, snapshot.groups, now))
 
 
 def _off_limits(reserved: frozenset[str], admission: Admission) -> Collection[str]:
@@ -339,13 +377,18 @@ def _released_for(withheld_from_all: Mapping[str, Resources],
 
 def _preempt(snapshot: Snapshot, gangs: Mapping[str, Gang], gang: Gang, policy: PreemptionPolicy,
              state: PreemptionState, capacity: CapacityIndex, going: Mapping[str, Resources],
-             off_limits: Collection[str], evicting: set[str], plan: CyclePlan, reclaim: Reclaim | None = None) -> str:
-    """Plan evictions for ``gang`` (by priority, or with ``reclaim`` the
-    room its queue lent); returns the sentence its verdict gets."""
+             off_limits: Collection[str], evicting: set[str], plan: CyclePlan, reclaim: Reclaim | None = None,
+             overran: frozenset[str] = frozenset()) -> str:
+    """Plan evictions for ``gang`` (by priority; with ``reclaim`` the room
+    its queue lent; with ``overran`` only those gangs, past their runtime
+    hints on its reserved nodes); returns the sentence its verdict gets."""
+    victims_of = reclaim if reclaim is not None else (overran.__contains__ if overran else None)
     outcome = plan_preemption(snapshot, gangs, gang, policy, state, capacity.free, capacity.node_filter,
                               going, capacity.rooms, off_limits, evicting,
-                              budget=policy.max_victims_per_cycle - len(evicting), reclaim=reclaim)
+                              budget=policy.max_victims_per_cycle - len(evicting), reclaim=victims_of)
     said = "" if reclaim is None else f"Queue {reclaim.queue} is below its fair share and reclaims: "
+    if overran:
+        said = "Gangs past their expectedRuntimeSeconds on its reserved nodes go first: "
     if isinstance(outcome, NoPreemption):
         return said + outcome.message
     too_much = reclaim.beyond(outcome.victims) if reclaim is not None else ""
@@ -386,7 +429,7 @@ def _refresh_reservation(snapshot: Snapshot, gangs: Mapping[str, Gang], queue: G
     """Give the reservation to the first long-waiting gang that is neither
     hopeless nor past its reservation's bound, nor waiting for its queue
     (see batchsched.core.queueing.queue)."""
-    cluster = snapshot.cluster
+    cluster, groups = snapshot.cluster, snapshot.groups
     for key in queue.reservation_candidates(snapshot.now):
         gang = gangs[key]
         if not gang.need or _waits_for_queue(book, gang):
@@ -396,11 +439,16 @@ def _refresh_reservation(snapshot: Snapshot, gangs: Mapping[str, Gang], queue: G
         # reservation useful when every gang has the default priority.)
         drainable = frozenset(k for k in cluster.holding_gang_keys()
                               if k != gang.key and gangs[k].priority <= gang.priority)
+        hints = {k: groups[k].expected_runtime_seconds for k in drainable
+                 if k in groups and groups[k].expected_runtime_seconds}
         before = cluster.caches.get("drainable")
-        cluster.caches["drainable"] = (gang.key, drainable)
+        cluster.caches["drainable"] = (gang.key, drainable, hints)
         # Gangs that turned drainable or not (a priority changed, or they
-        # bound or ended) change the picture on the nodes of their pods.
-        turned = drainable ^ before[1] if before and before[0] == gang.key else frozenset()
+        # bound or ended), or whose runtime hint changed, change the picture
+        # on the nodes of their pods.
+        turned = ((drainable ^ before[1]) | {k for k in hints.keys() | before[2].keys()
+                                             if hints.get(k) != before[2].get(k)}
+                  if before and before[0] == gang.key else frozenset())
         nodes = {p.node_name for k in turned for p in (cluster.pods[u] for u in cluster.gang_uids(k)) if p.node_name}
         try:
             draining = _draining(snapshot, drainable)
@@ -413,8 +461,10 @@ def _refresh_reservation(snapshot: Snapshot, gangs: Mapping[str, Gang], queue: G
         if result is None or isinstance(result, PlanFailure):
             queue.mark_hopeless(key)
             continue
-        reserved = {a.node_name for a in result.assignments[:gang.need]}
-        if queue.reserve(key, reserved, snapshot.now, _awaited_end(cluster, reserved, draining)):
+        quorum = result.assignments[:gang.need]
+        reserved = {a.node_name for a in quorum}
+        if queue.reserve(key, reserved, snapshot.now, _awaited_end(cluster, reserved, draining),
+                         _ready_at(snapshot, quorum, draining)):
             return
     queue.release_reservation()
 
@@ -446,18 +496,45 @@ def _awaited_end(cluster: ClusterState, nodes: Collection[str], draining: Callab
     return max(ends) + KILL_GRACE_SECONDS
 
 
+def _ready_at(snapshot: Snapshot, quorum: Collection[Assignment],
+              draining: Callable[[PodInfo], bool]) -> float | None:
+    """When the reserved quorum is expected to fit (by resource counts): on
+    each of its nodes, once the pods it waits for there have ended, soonest
+    expected end first, until its pods there fit; None when one it needs
+    has no expected end (runtime.expected_end)."""
+    cluster, groups = snapshot.cluster, snapshot.groups
+    asked: dict[str, Resources] = {}
+    for assignment in quorum:
+        asked[assignment.node_name] = res.add(asked.get(assignment.node_name, {}), assignment.pod.requests)
+    ready = snapshot.now
+    for name, request in asked.items():
+        free = cluster.free(name)
+        ends = [(expected_end(p, groups), p) for p in cluster.bound_pods(name) if p.holds_resources and draining(p)]
+        for end, pod in sorted(ends, key=lambda e: (math.inf if e[0] is None else e[0], e[1].uid)):
+            if not res.fits(request, free):
+                break
+            if end is None:
+                return None
+            free, ready = res.add(free, pod.requests), max(ready, end)
+    return ready
+
+
 def _drained_entry(snapshot: Snapshot, draining: Callable[[PodInfo], bool]) -> Callable[[str], NodeEntry]:
     """A node as if its ``draining`` pods had finished; among nodes equally
-    good once drained, the freest now drains first."""
-    cluster = snapshot.cluster
+    good once drained, the one expected to be drained soonest goes first
+    (by its pods' runtime bounds and how long they have run; a pod without
+    a bound last), then the freest now."""
+    cluster, groups = snapshot.cluster, snapshot.groups
 
     def entry(name: str) -> NodeEntry:
         now = cluster.free(name)
-        tiebreak = (-now.get(GPU_RESOURCE, 0), -now.get(res.CPU, 0), -now.get(res.MEMORY, 0))
+        freest = (-now.get(GPU_RESOURCE, 0), -now.get(res.CPU, 0), -now.get(res.MEMORY, 0))
         holding = [p for p in cluster.bound_pods(name) if p.holds_resources]
         gone = [p for p in holding if draining(p)]
         if not gone:
-            return now, cluster.room(name), tiebreak
+            return now, cluster.room(name), (0.0, *freest)
+        ends = [expected_end(p, groups) for p in gone]
+        drained_by = math.inf if None in ends else max(ends)
         free = dict(now)
         for pod in gone:
             free = res.add(free, pod.requests)
@@ -466,7 +543,7 @@ def _drained_entry(snapshot: Snapshot, draining: Callable[[PodInfo], bool]) -> C
             gone_uids = {p.uid for p in gone}
             room = room_of(snapshot.nodes[name], [p for p in holding if p.uid not in gone_uids],
                            cluster.dra_in_use_ids(name, gone_uids))
-        return free, room, tiebreak
+        return free, room, (drained_by, *freest)
     return entry
 
 

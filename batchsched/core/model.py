@@ -252,6 +252,7 @@ class GroupSpec:
     # Volcano's minTaskMember: (task, members of it the gang needs), sorted;
     # a pod's task is its annotation volcano.sh/task-spec.
     min_task_members: tuple[tuple[str, int], ...] = ()
+    expected_runtime_seconds: int | None = None  # spec.expectedRuntimeSeconds: a hint (core/queueing/runtime.py)
 
     @property
     def key(self) -> str:
@@ -640,4 +641,5 @@ def group_from_json(obj: Mapping[str, Any], priority: int | None = None) -> Grou
         preemptible=((meta.get("annotations") or {}).get(constants.PREEMPTIBLE_ANNOTATION, "true").lower()
                      != "false"),
         queue=spec.queue or "",
+        expected_runtime_seconds=spec.expected_runtime_seconds,
     )

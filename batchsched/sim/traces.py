@@ -43,6 +43,10 @@ OFFERED_LOAD = 1.0
 # Philly-derived jobs carry no duration (Pollux models it from throughput):
 # log-normal, median 2 h, sigma 0.8, within 5 min .. 24 h.
 _PHILLY_MEDIAN, _PHILLY_SIGMA, _PHILLY_RANGE = 7200.0, 0.8, (300.0, 86400.0)
+# The trace has no runtime estimates: each job's PodGroup states one this
+# multiple of its drawn duration, as a user overestimating it would
+# (expectedRuntimeSeconds, docs/queueing.md "Backfill").
+PHILLY_RUNTIME_HINT = 1.5
 GPUS_PER_NODE = 8
 
 
@@ -169,7 +173,8 @@ def arrival_spacing(gpus: list[int], durations: list[float], target_gpus: float)
 def philly(trace_dir: Path, seed: int = 1) -> list[Job]:
     """Each job's GPUs (num_replicas, one per replica) as a gang of
     ceil(GPUs / 8) pods of equal GPUs when that divides evenly, else one
-    pod per GPU; its submission time as arrival; a drawn duration."""
+    pod per GPU; its submission time as arrival; a drawn duration, and a
+    runtime hint ``PHILLY_RUNTIME_HINT`` times it."""
     rng = random.Random(seed)
     columns = {"name", "time", "application", "num_replicas", "batch_size"}
     jobs = []
@@ -183,5 +188,5 @@ def philly(trace_dir: Path, seed: int = 1) -> list[Job]:
         jobs.append(Job(name=record.text("name"), arrival=record.seconds("time"), duration=round(duration),
                         pods=pods, min_member=pods, gpus=replicas // pods, cpu="8", memory="64Gi",
                         priority=1000, priority_class="training", namespace="philly",
-                        labels={"application": record.text("application")}))
+                        labels={"application": record.text("application")}, runtime_hint=PHILLY_RUNTIME_HINT))
     return sorted(jobs, key=lambda j: (j.arrival, j.name))

@@ -4,6 +4,7 @@ create, which the simulator turns into the core's model with the same
 converters the shell uses."""
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -11,7 +12,7 @@ from pathlib import Path
 from typing import Any, Mapping, get_args
 
 from batchsched.api import constants
-from batchsched.api.podgroup import PodGroupSpec, TopologyPolicySpec
+from batchsched.api.podgroup import MAX_INT32, PodGroupSpec, TopologyPolicySpec
 from batchsched.core.queues.model import QueueInfo, queue_from_json
 from batchsched.sim.files import InputError, Record, read_csv, read_yaml
 
@@ -20,7 +21,7 @@ SIM_EPOCH = datetime(2024, 1, 1, tzinfo=timezone.utc)
 
 _JOB_FIELDS = {"name", "arrival", "duration", "pods", "minMember", "gpus", "cpu", "memory", "priority",
                "priorityClass", "namespace", "labels", "preemptible", "gpuLink", "numa", "nodeSelector",
-               "controller", "queue"}
+               "controller", "queue", "runtimeHint"}
 _GENERATOR_FIELDS = (_JOB_FIELDS - {"arrival"}) | {"count", "window"}
 _QUEUE_FIELDS = {"name", "parent", "weight", "reclaimable", "resources", "gpuTypes"}
 _GPU_LINKS = get_args(TopologyPolicySpec.model_fields["gpu_link"].annotation)
@@ -62,6 +63,9 @@ class Job:
     # ``duration`` either way (for a ReplicaSet: scaled down).
     controller: str = "Job"
     queue: str = ""  # its PodGroup's spec.queue (docs/queues.md); "": the default queue
+    # Its PodGroup's expectedRuntimeSeconds as a multiple of ``duration``
+    # (a user's estimate of the run); 0: none
+    runtime_hint: float = 0.0
 
     @property
     def key(self) -> str:
@@ -69,10 +73,16 @@ class Job:
 
     @property
     def has_pod_group(self) -> bool:
-        """Jobs of several pods, or with a topology policy, get a PodGroup;
-        a lone pod is a gang of one by itself."""
+        """Jobs of several pods, or with a topology policy, a queue or a
+        runtime hint (PodGroup fields), get a PodGroup; a lone pod is a gang
+        of one by itself."""
         return (self.pods > 1 or self.min_member > 1 or self.topology_policy != _DEFAULT_TOPOLOGY
-                or bool(self.queue))
+                or bool(self.queue) or self.expected_runtime_seconds is not None)
+
+    @property
+    def expected_runtime_seconds(self) -> int | None:
+        """Its PodGroup's hint (``runtime_hint`` x ``duration``); None: none."""
+        return min(max(1, math.ceil(self.runtime_hint * self.duration)), MAX_INT32) if self.runtime_hint else None
 
     @property
     def topology_policy(self) -> TopologyPolicySpec:
@@ -122,7 +132,7 @@ def pod_object(job: Job, index: int, incarnation: int, created: float, scheduler
 def pod_group_object(job: Job) -> dict[str, Any]:
     spec = PodGroupSpec(min_member=job.min_member, priority_class_name=job.priority_class or None,
                         topology_policy=job.topology_policy if job.topology_policy != _DEFAULT_TOPOLOGY else None,
-                        queue=job.queue or None)
+                        queue=job.queue or None, expected_runtime_seconds=job.expected_runtime_seconds)
     meta: dict[str, Any] = {"name": job.name, "namespace": job.namespace, "generation": 1,
                             "creationTimestamp": stamp(job.arrival)}
     if not job.preemptible:
@@ -239,7 +249,22 @@ def _job(record: Record, arrival: float, name: str | None = None, pods: int | No
         node_selector=record.labels("nodeSelector"),
         controller=record.choice("controller", CONTROLLERS, "Job"),
         queue=queue,
+        runtime_hint=_factor(record, "runtimeHint"),
     )
+
+
+def _factor(record: Record, field: str) -> float:
+    """A multiple above 0 (of the job's duration), or 0 when absent."""
+    value = record.get(field)
+    if value in (None, ""):
+        return 0.0
+    try:
+        factor = float(str(value))
+    except ValueError:
+        factor = math.nan
+    if not 0 < factor < math.inf:  # also refuses NaN
+        raise record.error(field, f"must be a number above 0 (a multiple of duration), got {value!r}")
+    return factor
 
 
 def _generate(record: Record, rng: random.Random, queues: Mapping[str, QueueInfo]) -> list[Job]:

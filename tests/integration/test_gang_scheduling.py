@@ -368,3 +368,37 @@ def test_no_reservation_waits_for_deployment_pods(env, start_scheduler):
              lambda: members_bound(env, "later-") == ["later-0", "later-1"])
     assert members_bound(env, "big-") == []
     assert_not_overcommitted(env)
+
+
+# 16
+def job_gang(env, name: str, size: int, gpus: int, deadline: int | None = None, **group_spec) -> None:
+    """A gang of a Job's pods: restartPolicy Never, so they end by themselves."""
+    env.create(pod_group(name, env.namespace, size, **group_spec))
+    for i in range(size):
+        member = pod(f"{name}-{i}", env.namespace, group=name, gpus=gpus, cpu="1")
+        member["spec"]["restartPolicy"] = "Never"
+        if deadline is not None:
+            member["spec"]["activeDeadlineSeconds"] = deadline
+        env.create(member)
+
+
+def test_gangs_that_end_before_the_reserved_gang_fits_backfill_its_nodes(env, start_scheduler):
+    """Issue 16, point 1: while two nodes drain for a reserved gang (expected
+    to fit once pods with activeDeadlineSeconds 600 are gone), a gang whose
+    expectedRuntimeSeconds ends sooner runs there; one whose hint ends later,
+    and one with no bound, wait."""
+    for i in range(2):
+        env.add_node(f"gpu{i}", gpus=8)
+    job_gang(env, "running", 2, gpus=4, deadline=600)
+    start_scheduler(queue={"reservationAfterSeconds": 0, "initialBackoffSeconds": 0.2})
+    wait_for("the running gang bound", lambda: members_bound(env, "running-") == ["running-0", "running-1"])
+    job_gang(env, "big", 2, gpus=8)
+    wait_unschedulable(env, "big")
+    job_gang(env, "long", 1, gpus=4, expectedRuntimeSeconds=3600)
+    job_gang(env, "unbounded", 1, gpus=4)
+    for name in ("long", "unbounded"):
+        assert "reserved for a waiting gang" in wait_unschedulable(env, name)["message"]
+    job_gang(env, "short", 1, gpus=4, expectedRuntimeSeconds=60)
+    wait_for("the short gang backfilled", lambda: members_bound(env, "short-") == ["short-0"])
+    assert members_bound(env, "long-") == members_bound(env, "unbounded-") == members_bound(env, "big-") == []
+    assert_not_overcommitted(env)

@@ -44,6 +44,14 @@ def test_the_crd_refuses_the_most_extreme_quantities_itself(env):
     env.create(raw_group("admitted", {"cpu": "1e20", "memory": "64Gi", "nvidia.com/gpu": 8}))
 
 
+def test_the_crd_refuses_runtime_hints_out_of_range(env):
+    for hint in (0, -1, 2**31, "1h"):
+        with pytest.raises(KubeError) as refused:
+            env.create({**raw_group("hint", {}), "spec": {"minMember": 1, "expectedRuntimeSeconds": hint}})
+        assert refused.value.status == 422, hint
+    env.create({**raw_group("hinted", {}), "spec": {"minMember": 1, "expectedRuntimeSeconds": 2**31 - 1}})
+
+
 def test_hostile_podgroup_and_nodes_are_reported_and_a_good_gang_is_still_bound(env, start_scheduler):
     annotation = json.loads(to_annotation(fixture("pcie-switch-pairs-8gpu.txt")))
     annotation["gpus"][0]["cpus"] = "0-4294967295"

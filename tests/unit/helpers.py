@@ -81,10 +81,13 @@ def pod(name: str, ns="default", cpu=None, memory=None, gpu: int = 0, group: str
 
 
 def group(name: str, ns="default", min_member=1, created: float = 0.0, priority: int | None = None,
-          timeout: int | None = None, min_resources=None, generation=1) -> GroupSpec:
+          timeout: int | None = None, min_resources=None, generation=1,
+          expected_runtime: int | None = None) -> GroupSpec:
     spec = {"minMember": min_member}
     if timeout is not None:
         spec["scheduleTimeoutSeconds"] = timeout
+    if expected_runtime is not None:
+        spec["expectedRuntimeSeconds"] = expected_runtime
     if min_resources:
         spec["minResources"] = min_resources
     return group_from_json({

@@ -35,6 +35,9 @@ def test_json_uses_the_api_names_and_leaves_unset_fields_out():
                   spec=PodGroupSpec(min_member=4, schedule_timeout_seconds=60))
     assert pg.to_json()["spec"] == {"minMember": 4, "scheduleTimeoutSeconds": 60}
     assert group_from_json(pg.to_json()).min_member == 4
+    hinted = PodGroupSpec(expected_runtime_seconds=3600).to_json()
+    assert hinted == {"minMember": 1, "expectedRuntimeSeconds": 3600}
+    assert group_from_json({"metadata": {"name": "g"}, "spec": hinted}).expected_runtime_seconds == 3600
 
 
 @pytest.mark.parametrize("spec, problem", [
@@ -42,6 +45,9 @@ def test_json_uses_the_api_names_and_leaves_unset_fields_out():
     ({"minMember": "3"}, "spec.minMember: Input should be a valid integer"),
     ({"minMember": 2, "scheduleTimeoutSeconds": -1}, "spec.scheduleTimeoutSeconds: Input should be greater"),
     ({"minMember": 2, "preemptionPolicy": "Sometimes"}, "spec.preemptionPolicy: Input should be"),
+    ({"expectedRuntimeSeconds": 0}, "spec.expectedRuntimeSeconds: Input should be greater than or equal to 1"),
+    ({"expectedRuntimeSeconds": "1h"}, "spec.expectedRuntimeSeconds: Input should be a valid integer"),
+    ({"expectedRuntimeSeconds": 2**31}, "spec.expectedRuntimeSeconds: Input should be less than or equal to"),
 ])
 def test_bad_specs_name_the_field(spec, problem):
     with pytest.raises(ValueError, match=problem):

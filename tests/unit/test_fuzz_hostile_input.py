@@ -146,6 +146,7 @@ spec_values = {
                                     quantity_like | json_scalars, max_size=4) | json_values,
     "priorityClassName": st.text(max_size=300) | json_scalars,
     "scheduleTimeoutSeconds": st.integers(-1, 2**40) | json_scalars,
+    "expectedRuntimeSeconds": st.integers(-1, 2**40) | json_scalars,
     "preemptionPolicy": st.sampled_from(["Never", "PreemptLowerPriority", "Sometimes"]) | json_scalars,
     "topologyPolicy": st.fixed_dictionaries({}, optional={
         "numa": st.sampled_from(["none", "best-effort", "single-numa-node", "all"]),

@@ -7,7 +7,7 @@ import pytest
 from batchsched.api import constants
 from batchsched.sim.cluster import build_nodes, builtin_topologies, load_cluster
 from batchsched.sim.files import InputError
-from batchsched.sim.workload import load_workload
+from batchsched.sim.workload import load_workload, pod_group_object
 from tests.unit.topology_support import FIXTURES
 
 
@@ -116,6 +116,10 @@ def test_a_csv_workload(tmp_path):
      "line 2: generate[0].window: must be [low, high]"),
     ("w.yaml", "jobs: []\nextra: 1\n", "w.yaml: line 1: extra: unknown field"),
     ("w.yaml", "jobs: []\n", "w.yaml: line 1: no jobs"),
+    ("w.csv", "name,arrival,duration,runtimeHint\na,0,60,0\n",
+     "w.csv: line 2: runtimeHint: must be a number above 0 (a multiple of duration), got '0'"),
+    ("w.yaml", "jobs:\n  - {name: a, arrival: 0, duration: 5, runtimeHint: .nan}\n",
+     "line 2: jobs[0].runtimeHint: must be a number above 0"),
 ])
 def test_malformed_workload_files_name_the_line_and_field(tmp_path, name, text, message):
     with pytest.raises(InputError) as caught:
@@ -126,3 +130,11 @@ def test_malformed_workload_files_name_the_line_and_field(tmp_path, name, text, 
 def test_a_missing_file_is_named(tmp_path):
     with pytest.raises(InputError, match="no such file"):
         load_workload(tmp_path / "nope.yaml")
+
+
+def test_a_runtime_hint_is_the_podgroups_expected_runtime(tmp_path):
+    path = write(tmp_path, "w.csv", "name,arrival,duration,runtimeHint\nhinted,0,100,1.5\nplain,0,100,\n")
+    hinted, plain = sorted(load_workload(path), key=lambda j: j.name)
+    assert hinted.expected_runtime_seconds == 150 and hinted.has_pod_group  # the hint is the PodGroup's
+    assert pod_group_object(hinted)["spec"]["expectedRuntimeSeconds"] == 150
+    assert plain.expected_runtime_seconds is None and not plain.has_pod_group

@@ -67,7 +67,10 @@ Anti-starvation reservation
     ``max_reservation_seconds``, or past the deadlines of every pod it waits
     for, loses it and is marked ``reservation_expired`` until ``touch``ed
     (``reserve``).  The reservation is recomputed every cycle by
-    ``batchsched.core.cycle``; the queue holds the result and enforces it.
+    ``batchsched.core.cycle``; the queue holds the result and enforces it,
+    except against gangs that backfill: the cycle lets a gang whose pods all
+    end (by their runtime bounds, batchsched.core.queueing.runtime) before
+    the reserved gang is expected to fit use the reserved nodes meanwhile.
 """
 from __future__ import annotations
 
@@ -108,6 +111,9 @@ class Reservation:
     gang_key: str
     nodes: frozenset[str]
     since: float = field(default=0.0, compare=False)  # when this gang first got it
+    # When the gang is expected to fit on ``nodes``, from the runtime bounds
+    # of the pods it waits for there; None: one has none (no backfill then)
+    ready_at: float | None = field(default=None, compare=False)
 
 
 class GangQueue:
@@ -376,12 +382,14 @@ class GangQueue:
         self._entries[gang_key].hopeless = True
         self._release_if_held_by(gang_key)
 
-    def reserve(self, gang_key: str, nodes: Iterable[str], now: float, awaited_end: float | None = None) -> bool:
-        """Reserve ``nodes`` for ``gang_key``, unless it has held the
-        reservation past its bound: ``max_reservation_seconds`` since it got
-        it, or ``awaited_end``, when the pods it waits for must be gone.
-        Then it is released and the gang marked (``reservation_expired``);
-        returns whether the gang holds it."""
+    def reserve(self, gang_key: str, nodes: Iterable[str], now: float, awaited_end: float | None = None,
+                ready_at: float | None = None) -> bool:
+        """Reserve ``nodes`` for ``gang_key`` (expected to fit there at
+        ``ready_at``), unless it has held the reservation past its bound:
+        ``max_reservation_seconds`` since it got it, or ``awaited_end``, when
+        the pods it waits for must be gone.  Then it is released and the
+        gang marked (``reservation_expired``); returns whether the gang
+        holds it."""
         held = self._reservation
         since = held.since if held is not None and held.gang_key == gang_key else now
         limit = since + self.max_reservation_seconds
@@ -391,7 +399,7 @@ class GangQueue:
             self._entries[gang_key].reservation_expired = True
             self._release_if_held_by(gang_key)
             return False
-        self._reservation = Reservation(gang_key, frozenset(nodes), since)
+        self._reservation = Reservation(gang_key, frozenset(nodes), since, ready_at)
         return True
 
     def reservation_expired(self, gang_key: str) -> bool:

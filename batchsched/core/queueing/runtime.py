@@ -1,0 +1,43 @@
+"""Runtime bounds: until when a bound pod is expected to run (docs/queueing.md,
+"Backfill" and "Which nodes are reserved").
+
+A pod's bound is its ``activeDeadlineSeconds``, which the kubelet enforces
+(it kills the pod then, and the pod takes up to the kill's grace to go), or
+else its PodGroup's ``expectedRuntimeSeconds``, a hint nobody enforces: a
+gang that backfilled on a hint and overruns it is the reserved gang's first
+victim (batchsched.core.cycle).  The Job's own ``activeDeadlineSeconds`` is
+not on its pods, and the scheduler does not watch Jobs, so it is not read.
+"""
+from __future__ import annotations
+
+from typing import Mapping
+
+from batchsched.core.model import GroupSpec, PodInfo
+
+# A pod killed at its activeDeadlineSeconds may take this long to go
+# (Kubernetes' default terminationGracePeriodSeconds).
+KILL_GRACE_SECONDS = 30.0
+
+
+def runtime_bound(pod: PodInfo, groups: Mapping[str, GroupSpec]) -> float | None:
+    """How long the pod runs at most once started, in seconds: its deadline
+    and the kill's grace, else its PodGroup's hint; None: unbounded."""
+    if pod.active_deadline_seconds is not None:
+        return pod.active_deadline_seconds + KILL_GRACE_SECONDS
+    group = groups.get(pod.gang_key)
+    return None if group is None else group.expected_runtime_seconds
+
+
+def expected_end(pod: PodInfo, groups: Mapping[str, GroupSpec]) -> float | None:
+    """When the bound pod is expected to be gone; None: no bound, or not started."""
+    bound = runtime_bound(pod, groups)
+    return None if bound is None or not pod.started else pod.started + bound
+
+
+def overran_hint(pod: PodInfo, groups: Mapping[str, GroupSpec], now: float) -> bool:
+    """Whether the pod runs past its PodGroup's hint (a deadline is the
+    kubelet's to enforce, not ours)."""
+    if pod.active_deadline_seconds is not None:
+        return False
+    end = expected_end(pod, groups)
+    return end is not None and now > end
