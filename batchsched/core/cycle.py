@@ -33,7 +33,7 @@ from batchsched.core.preemption.plan import NominationHolds, NoPreemption, plan_
 from batchsched.core.preemption.policy import PreemptionPolicy, PreemptionState
 from batchsched.core.placement.fit import REASON_RESERVED
 from batchsched.core.queueing.queue import GangQueue, Reservation
-from batchsched.core.queues.book import REASON_QUEUE_AT_LIMIT, Admission, QueueBook, Reclaim
+from batchsched.core.queues.book import REASON_QUEUE_AT_LIMIT, Admission, QueueBook, Reclaim, flows_said
 from batchsched.core.resources import Resources
 from batchsched.core.snapshot import Snapshot
 from batchsched.core.text import clip
@@ -268,6 +268,9 @@ def _try_gang(snapshot: Snapshot, gangs: GangIndex, key: str, queue: GangQueue, 
     if isinstance(result, PlanFailure):
         queue.record_failure(key, now)
         message = result.message
+        awaited = book.awaited_reclaim(key)
+        if awaited:  # the room it was nominated to is still held by the queues it reclaims from
+            message = f"Gang {key} is waiting for reclaim from {flows_said(awaited)}. {message}"
         if queue.reservation_expired(key):
             message += (f" Its node reservation was released after it outlasted its bound (the pods it "
                         f"waited for, or maxReservationSeconds={config.max_reservation_seconds:g}); it "

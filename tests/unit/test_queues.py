@@ -592,23 +592,64 @@ def test_reclaim_stops_at_the_fair_share_so_queues_do_not_ping_pong():
         reclaim.beyond(too_many)
 
 
-def test_a_reclaim_in_flight_is_not_repeated_while_its_victims_terminate():
-    # team-a's gang a reclaimed b2 (terminating on n1, a's pods nominated
-    # there).  Its second gang a2 may not reclaim more: with a's nominated
-    # room team-a would go beyond its fair share (12: its 8, then half of
-    # the 8 left), and team-b's terminating b2 is no longer beyond its own.
-    b_pods = running("b1", 2, 4, "n0") + [dataclasses.replace(p, terminating=True)
+def reclaim_in_flight(b2_queue="team-b"):
+    # team-a's gang a reclaimed b2 (8 GPUs, terminating on n1 since unix
+    # time 1000, a's pods nominated there); team-a's a2 waits too.
+    b_pods = running("b1", 2, 4, "n0") + [dataclasses.replace(p, terminating=True, deleted=1000.0)
                                           for p in running("b2", 1, 8, "n1")]
     a_pods = [dataclasses.replace(p, nominated_node="n1") for p in gang_pods("a", 2, gpu=4, created=5)]
     groups = [in_queue("a", "team-a", 2, created=5), in_queue("a2", "team-a", 2, created=6),
-              in_queue("b1", "team-b", 2), in_queue("b2", "team-b")]
-    snap = with_queues(snapshot(gpu_nodes(), b_pods + a_pods + gang_pods("a2", 2, gpu=4, created=6), groups),
+              in_queue("b1", "team-b", 2), in_queue("b2", b2_queue)]
+    return with_queues(snapshot(gpu_nodes(), b_pods + a_pods + gang_pods("a2", 2, gpu=4, created=6), groups),
                        queue("team-a", guaranteed=8), queue("team-b"))
+
+
+def test_a_reclaim_in_flight_is_not_repeated_while_its_victims_terminate():
+    # Gang a2 may not reclaim more: with a's nominated room team-a would go
+    # beyond its fair share (12: its 8, then half of the 8 left), and
+    # team-b's terminating b2 is no longer beyond its own.
+    snap = reclaim_in_flight()
     book = QueueBook(snap, CONFIG)
     assert not book.within_fair_share(GangIndex(snap)["default/a2"])
     assert book.within_fair_share(GangIndex(snap)["default/a"])  # its own nomination is not counted twice
     plan = reclaim_cycle(snap)
     assert plan.evictions == []
+
+
+def test_a_reclaim_in_flight_shows_in_the_status_of_both_queues():
+    summaries = summarize(reclaim_in_flight(), CONFIG)
+    taken = [{"queue": "team-b", "gangs": 1, "pods": 1, "resources": {GPU: "8", "pods": "1"}}]
+    a, b = summaries["team-a"].status(), summaries["team-b"].status()
+    assert a["reclaim"] == {"message": "from team-b (1 gang)", "waitingGangs": 1, "since": "1970-01-01T00:16:40Z",
+                            "from": taken}
+    assert b["reclaimedBy"] == {"message": "by team-a (1 gang)", "since": "1970-01-01T00:16:40Z",
+                                "to": [dict(taken[0], queue="team-a")]}
+    assert "reclaimedBy" not in a and "reclaim" not in b
+    assert QueueStatus.model_validate(a).reclaim.from_[0].gangs == 1  # the API's own type reads it
+
+
+def test_explain_and_the_verdict_say_which_reclaim_a_gang_waits_for():
+    snap = reclaim_in_flight()
+    report = explain_gang(snap, "default/a", CONFIG)
+    assert report.verdict == "waiting for reclaim from team-b (1 gang)"
+    assert report.data["queue"]["reclaim"] == [{"queue": "team-b", "gangs": 1, "pods": 1,
+                                             "resources": {GPU: "8", "pods": "1"}}]
+    assert "waiting for reclaim" not in explain_gang(snap, "default/a2", CONFIG).verdict  # nominated nowhere
+    verdict = reclaim_cycle(snap).verdicts["default/a"]
+    assert verdict.message.startswith("Gang default/a is waiting for reclaim from team-b (1 gang). ")
+
+
+def test_pods_terminating_in_the_gangs_own_queue_are_no_reclaim():
+    snap = reclaim_in_flight(b2_queue="team-a")  # b2 preempted by priority, within team-a
+    summaries = summarize(snap, CONFIG)
+    assert "reclaim" not in summaries["team-a"].status() and "reclaimedBy" not in summaries["team-b"].status()
+    assert QueueBook(snap, CONFIG).awaited_reclaim("default/a") == []
+    assert "waiting for reclaim" not in reclaim_cycle(snap).verdicts["default/a"].message
+
+
+def test_a_reclaim_over_is_removed_from_the_queue_status_by_the_patch():
+    written = {"pendingGangs": 1, "reclaim": {"message": "from team-b (1 gang)", "waitingGangs": 1}}
+    assert _with_removals({"pendingGangs": 0}, written) == {"pendingGangs": 0, "reclaim": None}
 
 
 def test_no_reservation_for_a_gang_beyond_its_queues_fair_share():

@@ -76,6 +76,38 @@ class Reclaim:
         return ""
 
 
+@dataclass(frozen=True)
+class ReclaimFlow:
+    """Room going from one queue to another in a reclaim in flight: pods of
+    the queue reclaimed from, terminating on nodes that pods of the
+    reclaiming queue are nominated to (docs/queues.md, "Reclaim in progress")."""
+
+    queue: str  # the other queue: the one reclaimed from, or the one reclaiming
+    gangs: int  # victim gangs with pods still terminating
+    pods: int
+    amounts: Resources  # what those pods hold
+    since: float  # the earliest of their deletions (unix seconds; 0: not known)
+
+    @classmethod
+    def of(cls, queue: str, victims: Iterable[PodInfo]) -> ReclaimFlow:
+        victims = list(victims)
+        return cls(queue, len({p.gang_key for p in victims}), len(victims), summed(p.requests for p in victims),
+                   min((p.deleted for p in victims if p.deleted), default=0.0))
+
+    def said(self) -> str:
+        return f"{self.queue} ({self.gangs} gang{'s' if self.gangs != 1 else ''})"
+
+    def data(self) -> dict:
+        """As Queue status and ``explain -o json`` show it."""
+        return {"queue": self.queue, "gangs": self.gangs, "pods": self.pods,
+                "resources": {r: _amount(r, a) for r, a in sorted(self.amounts.items())}}
+
+
+def flows_said(flows: Iterable[ReclaimFlow]) -> str:
+    """``team-b (3 gangs), team-c (1 gang)``."""
+    return ", ".join(flow.said() for flow in flows)
+
+
 @dataclass
 class _Usage:
     amounts: Resources = field(default_factory=dict)
@@ -124,6 +156,7 @@ class QueueBook:
         self._charged_now: set[str] = set()  # queues this cycle placed gangs of
         self._fair: dict[str, dict[str, Fraction]] | None = None
         self._flight: tuple[dict[str, Resources], dict[str, dict[str, Resources]]] | None = None
+        self._reclaims: dict[str, dict[str, dict[str, PodInfo]]] | None = None
         if self.active:
             self._count_bound()
 
@@ -307,6 +340,51 @@ class QueueBook:
                         by_gang[key] = res.add(by_gang.get(key, {}), pod.requests)
             self._flight = (going, coming)
         return self._flight
+
+    def awaited_reclaim(self, gang_key: str) -> list[ReclaimFlow]:
+        """The reclaims in flight the gang waits for, by the queue reclaimed
+        from (none without Queue objects)."""
+        return [ReclaimFlow.of(other, pods.values())
+                for other, pods in sorted(self._reclaims_in_flight().get(gang_key, {}).items())]
+
+    def reclaims_by_queue(self) -> tuple[dict[str, list[ReclaimFlow]], dict[str, list[ReclaimFlow]], dict[str, int]]:
+        """The reclaims in flight seen from each side: per reclaiming queue,
+        the queues it takes from; per queue reclaimed from, the queues taking
+        from it; and per reclaiming queue, how many of its gangs wait."""
+        victims: dict[tuple[str, str], dict[str, PodInfo]] = {}  # (reclaiming, reclaimed from) -> uid -> pod
+        waiting: dict[str, int] = {}
+        for gang_key, by_queue in self._reclaims_in_flight().items():
+            name = self.queue_of(gang_key)
+            waiting[name] = waiting.get(name, 0) + 1
+            for other, pods in by_queue.items():
+                victims.setdefault((name, other), {}).update(pods)
+        taking: dict[str, list[ReclaimFlow]] = {}
+        giving: dict[str, list[ReclaimFlow]] = {}
+        for (name, other), pods in sorted(victims.items()):
+            taking.setdefault(name, []).append(ReclaimFlow.of(other, pods.values()))
+            giving.setdefault(other, []).append(ReclaimFlow.of(name, pods.values()))
+        return taking, giving, waiting
+
+    def _reclaims_in_flight(self) -> dict[str, dict[str, dict[str, PodInfo]]]:
+        """Per gang with pods nominated to nodes, per other queue, that
+        queue's pods terminating on those nodes (uid -> pod): the room the
+        gang waits for, taken from another queue.  Once a cycle."""
+        if self._reclaims is None:
+            self._reclaims = {}
+            cluster = self._snapshot.cluster
+            terminating_on: dict[str, list[PodInfo]] = {}
+            if self.active:
+                for pod in cluster.terminating_pods():
+                    if pod.scheduler_name == cluster.scheduler_name:
+                        terminating_on.setdefault(pod.node_name, []).append(pod)
+            for pod in cluster.nominated_pods() if terminating_on else ():
+                own = self._charged(self.queue_of(pod.gang_key))
+                for victim in terminating_on.get(pod.nominated_node, ()):
+                    other = self.queue_of(victim.gang_key)
+                    if other not in own:
+                        by_queue = self._reclaims.setdefault(pod.gang_key, {})
+                        by_queue.setdefault(other, {})[victim.uid] = victim
+        return self._reclaims
 
     def _fair_shares(self) -> dict[str, dict[str, Fraction]]:
         """Every queue's fair share over what it holds and its waiting gangs
