@@ -59,6 +59,9 @@ class ClusterState:
         self._derived: dict[str, tuple[int, Resources, GpuRoom | None]] = {}  # stamp, free, room
         self._by_gang: dict[str, dict[str, None]] = {}  # gang key -> uids (every scheduler's)
         self._gang_stamp: dict[str, int] = {}
+        # gang key -> its last change, the loss of its last pod included; most recent last
+        self._gang_changes: dict[str, int] = {}
+        self._gang_changes_floor = 0  # changes up to here were dropped from the log (gangs gone)
         self._group_names: dict[str, dict[str, int]] = {}  # namespace -> gang label value -> pods (every scheduler's)
         self._pending: dict[str, int] = {}  # gang key -> our pending pods in it
         self._holding: dict[str, int] = {}  # gang key -> our pods in it holding room on a node
@@ -281,6 +284,18 @@ class ClusterState:
             changed.append(name)
         return changed
 
+    def gangs_changed_since(self, mark: int) -> list[str] | None:
+        """The gangs whose pods changed after ``mark`` (those with none left
+        too), latest first; None when ``mark`` is older than the log keeps."""
+        if mark < self._gang_changes_floor:
+            return None
+        changes, changed = self._gang_changes, []
+        for key in reversed(changes):
+            if changes[key] <= mark:
+                break
+            changed.append(key)
+        return changed
+
     def bound_pods(self, node_name: str) -> list[PodInfo]:
         """The pods bound to ``node_name``, in ``pods`` order."""
         on_node = self._bound.get(node_name)
@@ -351,6 +366,11 @@ class ClusterState:
         """Changes whenever a pod of the gang does; 0 for a gang with no pods."""
         return self._gang_stamp.get(gang_key, 0)
 
+    @property
+    def gang_stamps(self) -> Mapping[str, int]:
+        """``gang_stamp`` of every gang with pods, for a pass over many gangs (read-only)."""
+        return self._gang_stamp
+
     def group_names(self, namespace: str) -> Collection[str]:
         """The gang label values that pods of ``namespace`` carry (any scheduler's)."""
         return self._group_names.get(namespace, {}).keys()
@@ -360,7 +380,7 @@ class ClusterState:
         terminating and not gated."""
         return self._pending.keys()
 
-    def holding_gang_keys(self) -> Iterable[str]:
+    def holding_gang_keys(self) -> Collection[str]:
         """Gangs with pods of ours that hold room on a node (bound, not terminal)."""
         return self._holding.keys()
 
@@ -385,6 +405,14 @@ class ClusterState:
     def _stamp_node(self, name: str) -> None:
         self._node_stamp.pop(name, None)  # re-inserted last: the dict stays in stamp order
         self._node_stamp[name] = self._tick()
+
+    def _log_gang_change(self, key: str) -> None:
+        changes = self._gang_changes
+        changes.pop(key, None)  # re-inserted last: the log stays in clock order
+        changes[key] = self._tick()  # (a gang losing its last pod has no stamp to reuse)
+        if len(changes) > 2 * len(self._by_gang) + 1024:  # forget gangs gone, so the log stays bounded
+            self._gang_changes = {k: c for k, c in changes.items() if k in self._by_gang}
+            self._gang_changes_floor = self._clock
 
     def _add_total(self, amounts: Mapping[str, int], sign: int) -> None:
         total = self.total_allocatable
@@ -419,6 +447,7 @@ class ClusterState:
                 self._gang_stamp[key] = self._tick()
             else:
                 del self._by_gang[key], self._gang_stamp[key]
+        self._log_gang_change(key)
         if pod.group and not pod.group_source:  # our label's values, for typo hints
             names = self._group_names.setdefault(pod.namespace, {})
             _count(names, pod.group, sign)

@@ -43,6 +43,7 @@ import aiohttp
 
 from batchsched.api import constants
 from batchsched.core.cluster import ClusterState
+from batchsched.core.tracked import TrackedDict
 from batchsched.core import gangsources
 from batchsched.core.dra import model as dra
 from batchsched.core.gangsources import jobs, native, schedulerplugins, volcano
@@ -215,7 +216,7 @@ class ClusterCache:
         self.node_selector = dict(node_selector or {})
         self.state = ClusterState(scheduler_name)
         self.groups_raw: dict[str, dict] = {}  # every source's PodGroups, by gang key
-        self.groups: dict[str, GroupSpec] = {}
+        self.groups: dict[str, GroupSpec] = TrackedDict()  # changes logged for the queues' counts (core/queues)
         self.invalid_groups: dict[str, str] = {}
         self.priority_classes: dict[str, int] = {}
         self.queues_raw: dict[str, dict] = {}  # kept raw: few, and their status is written back

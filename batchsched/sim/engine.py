@@ -46,6 +46,7 @@ from batchsched.core.gpu_pools import stranded_gpus
 from batchsched.core.model import GroupSpec, NodeInfo, PodInfo, group_from_json, pod_from_json
 from batchsched.core.queues.model import QueueInfo
 from batchsched.core.resources import Resources
+from batchsched.core.tracked import TrackedDict
 from batchsched.core.cluster import ClusterState
 from batchsched.core.snapshot import Snapshot
 from batchsched.core.topology.accounting import dra_gpus_by_id, gpu_id_count
@@ -74,7 +75,7 @@ class SimCluster:
         self.nodes = self.state.nodes  # read-only views of the state (nodes joined with their DRA GPUs)
         self.pods = self.state.pods
         self.scheduler_name = scheduler_name
-        self.groups: dict[str, GroupSpec] = {}
+        self.groups: dict[str, GroupSpec] = TrackedDict()  # as the shell's cache
         self.pending: set[str] = set()  # uids of unbound pods
         self.touched: set[str] = set()  # gangs changed since the last cycle
         self.capacity_freed = False

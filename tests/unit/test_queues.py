@@ -22,7 +22,9 @@ from batchsched.core.queues.book import QueueBook
 from batchsched.core.queues.model import QueueInfo, queue_from_json
 from batchsched.core.queues.report import summarize
 from batchsched.core.queues.share import Claimant, divide, dominant_share, fair_shares
+from batchsched.core.resources import Resources
 from batchsched.core.snapshot import Snapshot
+from batchsched.core.tracked import TrackedDict
 from batchsched.shell import cache as cache_module
 from batchsched.shell.cache import ClusterCache
 from batchsched.shell.metrics import Metrics
@@ -516,6 +518,60 @@ def test_what_queues_hold_is_kept_across_cycles_and_follows_every_change():
     assert held() == held(fresh=True) == {"org": 20, "team-a": 20, "team-b": 0}
     queues["team-b"] = queue("team-b")  # the Queues change: team-b leaves org
     assert held() == held(fresh=True) == {"org": 20, "team-a": 20, "team-b": 0}
+
+
+def test_what_queues_hold_read_from_the_change_logs_is_a_fresh_count():
+    # Pods and PodGroups change at random, gangs come and go (enough of
+    # them that both change logs drop what is gone): the counts kept from
+    # the logs always equal a count from scratch.
+    rng = random.Random(15)
+    queues = {q.name: q for q in (queue("org"), queue("team-a", parent="org"), queue("team-b"))}
+    groups = TrackedDict()
+    cluster = snapshot(gpu_nodes(count=3), [], []).cluster
+
+    def held(book: QueueBook) -> dict[str, Resources]:  # (a count that went back to 0 may stay as 0)
+        return {name: {r: a for r, a in book.allocated(name).items() if a} for name in queues}
+
+    for step in range(6000):
+        gang = f"g{step // 2 + rng.randrange(12)}"  # a window of gangs sliding over 3,000 names
+        roll = rng.random()
+        if roll < 0.3:
+            groups[f"default/{gang}"] = in_queue(gang, rng.choice(["team-a", "team-b", "nowhere"]))
+        elif roll < 0.4:
+            groups.pop(f"default/{gang}", None)
+        elif roll < 0.65:
+            bound = rng.random() < 0.7
+            cluster.put_pod(pod(f"{gang}-{rng.randrange(2)}", group=gang, gpu=rng.choice([1, 2]),
+                                node_name=rng.choice(["n0", "n1", "n2"]) if bound else None,
+                                phase=rng.choice(["Running", "Succeeded"]) if bound else "Pending"))
+        elif cluster.pods:  # the oldest pod ends: gangs left behind by the window go
+            cluster.remove_pod(next(iter(cluster.pods)))
+        groups.pop(f"default/g{step // 2 - 1}", None)  # and so do their PodGroups
+        if step % 7 == 0:
+            kept = QueueBook(Snapshot.of(cluster, groups, 0.0, queues=queues), CONFIG)
+            fresh = QueueBook(Snapshot(dict(cluster.nodes), dict(cluster.pods), dict(groups), 0.0, queues=queues),
+                              CONFIG)
+            assert held(kept) == held(fresh), step
+    assert cluster.gangs_changed_since(0) is None and groups.changed_since(0) is None  # both logs were trimmed
+
+
+def test_a_tracked_dict_logs_every_change():
+    groups = TrackedDict(a=1)
+    start = groups.mark
+    value = object()
+    groups["b"] = value
+    groups["b"] = value  # the same object: no change
+    groups.update(c=3)
+    groups.setdefault("d", 4)
+    groups.setdefault("a", 9)  # present: no change
+    del groups["a"]
+    assert groups.changed_since(start) == ["a", "d", "c", "b"]
+    middle = groups.mark
+    groups.pop("x", None)  # absent: no change
+    groups |= {"e": 5}
+    groups.popitem()
+    groups.clear()
+    assert set(groups.changed_since(middle)) == {"b", "c", "d", "e"}
 
 
 def test_a_gang_waiting_for_its_queue_holds_no_reservation():

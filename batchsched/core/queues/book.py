@@ -30,6 +30,7 @@ from batchsched.core.queues.model import QueueInfo
 from batchsched.core.queues.share import dominant_share, fair_shares
 from batchsched.core.resources import Resources
 from batchsched.core.snapshot import Snapshot
+from batchsched.core.tracked import TrackedDict
 
 REASON_QUEUE_NOT_FOUND = "QueueNotFound"
 REASON_INVALID_QUEUE = "InvalidQueue"
@@ -133,6 +134,10 @@ class _Held:
     config: tuple[str, str]  # default queue, GPU type label
     gangs: dict[str, tuple[int, object, list[str], Resources, dict[str, int]]] = field(default_factory=dict)
     totals: dict[str, _Usage] = field(default_factory=dict)
+    # when counted: the cluster's change clock, and the PodGroups' (None: not counted, or not a TrackedDict)
+    pods_mark: int | None = None
+    groups: Mapping | None = None
+    groups_mark: int = 0
 
     def drop(self, key: str) -> None:
         _, _, charged, amounts, kinds = self.gangs.pop(key)
@@ -205,7 +210,7 @@ class QueueBook:
         chain = self._chain(name)
         headroom = self._headroom(chain)
         demand = self._demand(gang)
-        if not headroom or not res.fits(demand.total, headroom):
+        if not headroom or not res.fits({r: demand.total.get(r, 0) for r in headroom}, headroom):
             return Admission(name, pods, excluded=self._excluded(chain, demand.smallest_gpus))
         limited = tuple(sorted(headroom))
         ordered, minimum = demand.smallest_first(limited), demand.minimum(limited)
@@ -468,13 +473,18 @@ class QueueBook:
         config = (self.default, self.type_label)
         if held is None or held.config != config or held.queues != self.queues:
             held = cluster.caches["queue_usage"] = _Held(dict(self.queues), config)
-        holding = cluster.holding_gang_keys()
-        for key in holding:
-            stamp, group, kept = cluster.gang_stamp(key), groups.get(key), held.gangs.get(key)
-            if kept is not None and kept[0] == stamp and kept[1] is group:
-                continue
-            if kept is not None:
+        holding, stamps, kept_gangs = cluster.holding_gang_keys(), cluster.gang_stamps, held.gangs
+        changed = self._changed_since_counted(held)
+        if changed is None:  # every holding gang is checked (the first count, or the logs cannot tell)
+            changed = [key for key in holding if (kept := kept_gangs.get(key)) is None or kept[0] != stamps[key]
+                       or kept[1] is not groups.get(key)]
+            changed += [key for key in kept_gangs if key not in holding]
+        for key in changed:
+            if key in kept_gangs:
                 held.drop(key)
+            if key not in holding:
+                continue
+            stamp, group = stamps[key], groups.get(key)
             pods = [p for p in (cluster.pods[u] for u in cluster.gang_uids(key))
                     if p.holds_resources and p.scheduler_name == cluster.scheduler_name]
             charged = self._charged(self.queue_of(key))
@@ -482,10 +492,22 @@ class QueueBook:
             held.gangs[key] = (stamp, group, charged, amounts, kinds)
             for name in charged:
                 held.totals.setdefault(name, _Usage()).add(amounts, kinds)
-        if len(held.gangs) > len(holding):  # every holding gang is in held.gangs now: the others are gone
-            for key in held.gangs.keys() - set(holding):
-                held.drop(key)
+        held.pods_mark = cluster.mark
+        held.groups, held.groups_mark = (groups, groups.mark) if isinstance(groups, TrackedDict) else (None, 0)
         self._usage = dict(held.totals)  # shared until this cycle charges a queue (admit)
+
+    def _changed_since_counted(self, held: _Held) -> set[str] | None:
+        """The gangs whose pods or PodGroup changed since ``held`` was last
+        counted, from the cluster's and the PodGroups' change logs; None when
+        those cannot tell (not counted yet, other PodGroups, logs trimmed)."""
+        groups = self._snapshot.groups
+        if held.pods_mark is None or held.groups is not groups:
+            return None
+        pods = self._snapshot.cluster.gangs_changed_since(held.pods_mark)
+        regrouped = groups.changed_since(held.groups_mark)  # (held.groups is a TrackedDict)
+        if pods is None or regrouped is None:
+            return None
+        return set(pods).union(regrouped)
 
     def _by_type(self, placed: Iterable[tuple[PodInfo, str]]) -> dict[str, int]:
         """The GPUs of pods on nodes (pod, node name), by the nodes' GPU type."""
