@@ -708,6 +708,30 @@ def test_a_reclaim_over_is_removed_from_the_queue_status_by_the_patch():
     assert _with_removals({"pendingGangs": 0}, written) == {"pendingGangs": 0, "reclaim": None}
 
 
+@pytest.mark.parametrize("hold", [False, True])
+def test_with_hold_borrowing_no_queue_borrows_beyond_its_share_while_one_within_its_own_waits(hold):
+    # 16 GPUs.  team-b holds n0 (b1, too young to be reclaimed); team-a
+    # (guaranteed 16) waits for 2 x 8, so its fair share is all 16 and
+    # team-b's none.  team-b's next gang would take n1, which reclaim would
+    # take back once b1 may go: with holdBorrowing it waits instead.
+    pods = running("b1", 1, 8, "n0", created=0) + gang_pods("a", 2, gpu=8, created=5) \
+        + gang_pods("b2", 1, gpu=8, created=6)
+    groups = [in_queue("b1", "team-b"), in_queue("a", "team-a", 2, created=5), in_queue("b2", "team-b", created=6)]
+    snap = with_queues(snapshot(gpu_nodes(), pods, groups, now=10), queue("team-a", guaranteed=16), queue("team-b"))
+    config = dataclasses.replace(CONFIG, hold_borrowing=hold)
+    plan = schedule_cycle(snap, GangQueue.from_config(config), config,
+                          dataclasses.replace(PREEMPT, min_runtime_seconds=3600))
+    assert plan.evictions == [] and plan.verdicts["default/a"].reason == "Unschedulable"
+    b2 = plan.verdicts["default/b2"]
+    if not hold:
+        assert bound_gangs(plan) == {"default/b2": 1}
+        return
+    assert bound_gangs(plan) == {} and b2.reason == "QueueBeyondFairShare"
+    assert b2.message == ("Gang default/b2 waits for its queue: queue team-b would go beyond its fair share with "
+                          "gang default/b2 while queue team-a, within its own, waits for room (what it borrowed "
+                          "would be reclaimed).")
+
+
 def test_no_reservation_for_a_gang_beyond_its_queues_fair_share():
     # team-a borrowed both nodes and its old gang has waited past
     # reservationAfterSeconds; team-b's young gang is within its fair share.

@@ -35,6 +35,7 @@ from batchsched.core.tracked import TrackedDict
 REASON_QUEUE_NOT_FOUND = "QueueNotFound"
 REASON_INVALID_QUEUE = "InvalidQueue"
 REASON_QUEUE_AT_LIMIT = "QueueAtLimit"
+REASON_QUEUE_BEYOND_FAIR_SHARE = "QueueBeyondFairShare"  # held back from borrowing (CoreConfig.hold_borrowing)
 
 
 @dataclass(frozen=True)
@@ -162,6 +163,7 @@ class QueueBook:
         self._fair: dict[str, dict[str, Fraction]] | None = None
         self._flight: tuple[dict[str, Resources], dict[str, dict[str, Resources]]] | None = None
         self._reclaims: dict[str, dict[str, dict[str, PodInfo]]] | None = None
+        self._waiting_within_share: set[str] = set()  # queues with a gang unplaced this cycle within their share
         if self.active:
             self._count_bound()
 
@@ -295,6 +297,26 @@ class QueueBook:
                    for r, amount in minimum.items() if amount):
                 return False
         return True
+
+    def note_unplaced(self, gang: Gang) -> None:
+        """``gang`` found no room this cycle, and holds none nominated: if
+        its queue is within its fair share with it, other queues may not
+        borrow beyond their own for the rest of the cycle (``borrowing``)."""
+        if self.active and self.within_fair_share(gang):
+            self._waiting_within_share.add(self.queue_of(gang.key))
+
+    def borrowing(self, gang: Gang) -> str:
+        """Why ``gang`` may not take room now: its queue would go beyond its
+        fair share with it while a queue within its own waits for room, which
+        would reclaim what was lent (docs/queues.md, "Borrowing"); or ""."""
+        if not self._waiting_within_share:
+            return ""
+        name = self.queue_of(gang.key)
+        waiting = sorted(self._waiting_within_share - set(self._charged(name)))
+        if not waiting or self.within_fair_share(gang):
+            return ""
+        return (f"queue {name} would go beyond its fair share with gang {gang.key} while queue {waiting[0]}, "
+                "within its own, waits for room (what it borrowed would be reclaimed)")
 
     def reclaim_for(self, gang: Gang) -> Reclaim | None:
         """Whether the gang's queue may take back room lent to others: it
