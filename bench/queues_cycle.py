@@ -3,6 +3,7 @@ jobs spread over Queue objects, against the same run without any.
 
     .venv/bin/python bench/queues_cycle.py [--nodes 5000] [--queues 50] [--pods 10000]
                                            [--arrival-seconds 500] [--seed 1] [--settle-heap]
+                                           [--profile]
 
 Queues: ``--queues`` leaf queues under ``--queues // 10`` parents (two
 levels); each leaf guaranteed an equal part of the GPUs, limited to three
@@ -16,7 +17,9 @@ sets it once its caches sync).
 from __future__ import annotations
 
 import argparse
+import cProfile
 import dataclasses
+import pstats
 import sys
 from pathlib import Path
 
@@ -61,8 +64,14 @@ def main() -> int:
     parser.add_argument("--arrival-seconds", type=float, default=500.0)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--settle-heap", action="store_true", help="as bench/throughput_core.py --settle-heap")
+    parser.add_argument("--profile", action="store_true", help="cProfile the run with --queues instead")
     args = parser.parse_args()
     jobs = workload(args.pods, args.nodes, args.seed, args.arrival_seconds)
+    if args.profile:
+        profiler = cProfile.Profile()
+        profiler.runcall(run, args.nodes, jobs, args.queues, args.settle_heap)
+        pstats.Stats(profiler).sort_stats("cumulative").print_stats(40)
+        return 0
     print("| queues | nodes | cycles | pods placed | jobs started | core s | cycle p50 ms | p99 ms | max ms |")
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for count in (0, args.queues):

@@ -40,6 +40,7 @@ from batchsched.core.resources import Resources
 from batchsched.core.text import clip
 from batchsched.core.topology.accounting import GpuRoom, dra_gpus_by_id, room_of
 from batchsched.core.topology.choose import mask_of
+from batchsched.core.tracked import ChangeLog, changed_after
 
 
 class ClusterState:
@@ -59,9 +60,7 @@ class ClusterState:
         self._derived: dict[str, tuple[int, Resources, GpuRoom | None]] = {}  # stamp, free, room
         self._by_gang: dict[str, dict[str, None]] = {}  # gang key -> uids (every scheduler's)
         self._gang_stamp: dict[str, int] = {}
-        # gang key -> its last change, the loss of its last pod included; most recent last
-        self._gang_changes: dict[str, int] = {}
-        self._gang_changes_floor = 0  # changes up to here were dropped from the log (gangs gone)
+        self._gang_changes = ChangeLog()  # of the gangs' pods, the loss of a gang's last pod included
         self._group_names: dict[str, dict[str, int]] = {}  # namespace -> gang label value -> pods (every scheduler's)
         self._pending: dict[str, int] = {}  # gang key -> our pending pods in it
         self._holding: dict[str, int] = {}  # gang key -> our pods in it holding room on a node
@@ -277,24 +276,12 @@ class ClusterState:
 
     def changed_since(self, mark: int) -> list[str]:
         """The nodes (present or removed) changed after ``mark``, latest first."""
-        stamps, changed = self._node_stamp, []
-        for name in reversed(stamps):
-            if stamps[name] <= mark:
-                break
-            changed.append(name)
-        return changed
+        return changed_after(self._node_stamp, mark)
 
     def gangs_changed_since(self, mark: int) -> list[str] | None:
         """The gangs whose pods changed after ``mark`` (those with none left
         too), latest first; None when ``mark`` is older than the log keeps."""
-        if mark < self._gang_changes_floor:
-            return None
-        changes, changed = self._gang_changes, []
-        for key in reversed(changes):
-            if changes[key] <= mark:
-                break
-            changed.append(key)
-        return changed
+        return self._gang_changes.since(mark)
 
     def bound_pods(self, node_name: str) -> list[PodInfo]:
         """The pods bound to ``node_name``, in ``pods`` order."""
@@ -406,14 +393,6 @@ class ClusterState:
         self._node_stamp.pop(name, None)  # re-inserted last: the dict stays in stamp order
         self._node_stamp[name] = self._tick()
 
-    def _log_gang_change(self, key: str) -> None:
-        changes = self._gang_changes
-        changes.pop(key, None)  # re-inserted last: the log stays in clock order
-        changes[key] = self._tick()  # (a gang losing its last pod has no stamp to reuse)
-        if len(changes) > 2 * len(self._by_gang) + 1024:  # forget gangs gone, so the log stays bounded
-            self._gang_changes = {k: c for k, c in changes.items() if k in self._by_gang}
-            self._gang_changes_floor = self._clock
-
     def _add_total(self, amounts: Mapping[str, int], sign: int) -> None:
         total = self.total_allocatable
         for name, amount in amounts.items():
@@ -447,7 +426,7 @@ class ClusterState:
                 self._gang_stamp[key] = self._tick()
             else:
                 del self._by_gang[key], self._gang_stamp[key]
-        self._log_gang_change(key)
+        self._gang_changes.note(key, self._tick(), self._by_gang)  # (a gang losing its last pod has no stamp)
         if pod.group and not pod.group_source:  # our label's values, for typo hints
             names = self._group_names.setdefault(pod.namespace, {})
             _count(names, pod.group, sign)
