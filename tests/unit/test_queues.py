@@ -682,6 +682,10 @@ def test_a_reclaim_in_flight_shows_in_the_status_of_both_queues():
                                 "to": [dict(taken[0], queue="team-a")]}
     assert "reclaimedBy" not in a and "reclaim" not in b
     assert QueueStatus.model_validate(a).reclaim.from_[0].gangs == 1  # the API's own type reads it
+    metrics = Metrics()
+    metrics.read_live(dict, dict, lambda: summaries)
+    assert ('batchsched_queue_reclaiming{from="team-b",queue="team-a",resource="nvidia.com/gpu"} 8.0'
+            in metrics.exposition().decode())
 
 
 def test_explain_and_the_verdict_say_which_reclaim_a_gang_waits_for():
