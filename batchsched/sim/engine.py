@@ -180,9 +180,9 @@ class SimCluster:
         self.state.put_claim(written)
         self.pods_with_claims += 1
 
-    def terminate(self, uid: str) -> PodInfo:
-        """The pod is being deleted (evicted): it holds its room until it is gone."""
-        pod = dataclasses.replace(self.pods[uid], terminating=True)
+    def terminate(self, uid: str, now: float) -> PodInfo:
+        """The pod is being deleted (evicted) at ``now``: it holds its room until it is gone."""
+        pod = dataclasses.replace(self.pods[uid], terminating=True, deleted=now)
         self.state.put_pod(pod)
         self.touched.add(pod.gang_key)
         self.capacity_freed = True  # a victim going away: worth another look (as the shell's cache)
@@ -456,7 +456,7 @@ class Simulation:
         evicted = ([(e.pod, e.preemptor, e.reclaim) for e in plan.evictions]
                    + [(p, "", False) for reset in plan.resets for p in reset.pods])
         for victim, preemptor, reclaim in evicted:  # a gang started over loses its bound members as a victim does
-            pod = self.cluster.terminate(victim.uid)
+            pod = self.cluster.terminate(victim.uid, self.now)
             run = self.by_pod[pod.uid]
             self.recorder.evicted(run.job, self.now, preemptor, reclaim)
             if run.running and self._bound_members(run) < run.job.min_member:
