@@ -178,6 +178,9 @@ class GangSourcesConfig(_Strict):
 class QueuesConfig(_Strict):
     default_queue: str = Field("default", alias="defaultQueue", min_length=1, max_length=253)
     gpu_type_label: str = Field(constants.GPU_PRODUCT_LABEL, alias="gpuTypeLabel", min_length=1, max_length=317)
+    # While a queue within its fair share waits for room, other queues do not
+    # borrow beyond theirs (docs/queues.md, "Borrowing"): fewer reclaim evictions.
+    hold_borrowing: bool = Field(False, alias="holdBorrowing", strict=True)
 
 
 class TopologyConfig(_Strict):
@@ -262,6 +265,7 @@ class SchedulerConfig(_Strict):
             partial_gang_timeout=self.binding.partial_gang_timeout_seconds,
             default_queue=self.queues.default_queue,
             gpu_type_label=self.queues.gpu_type_label,
+            hold_borrowing=self.queues.hold_borrowing,
         )
 
 

@@ -10,7 +10,9 @@ eviction and verdict reason.  Scenarios: the embedded default (preemption
 on), the Philly-derived mix when ../shared is there, and the throughput
 workload of bench/throughput_core.py at 200 and 1000 nodes, with arrivals
 spread and in a burst, as they are (preemption off) and with lone pods as
-low-priority inference that the gangs may preempt.
+low-priority inference that the gangs may preempt; and that workload at 200
+nodes in the Queues of bench/queues_cycle.py (10 leaf queues under one
+parent), preemption on, so queue limits, order and reclaims all decide.
 """
 from __future__ import annotations
 
@@ -32,6 +34,7 @@ from batchsched.sim.policies import BatchschedPolicy  # noqa: E402
 from batchsched.sim.progress import TerminalProgress  # noqa: E402
 from batchsched.sim.scenario import build_scenario  # noqa: E402
 from batchsched.sim.workload import Job  # noqa: E402
+from queues_cycle import queues  # noqa: E402
 from throughput_core import cluster, workload  # noqa: E402
 
 
@@ -74,7 +77,13 @@ PREEMPTING = SchedulerConfig.model_validate({"preemption": {
     "preemptors": {"priorityClassNames": ["training"]}, "nodeCooldownSeconds": 5}})
 
 
+# Any gang may be a reclaim's victim once it has run a minute.
+RECLAIMING = SchedulerConfig.model_validate({"preemption": {
+    "enabled": True, "victims": {"minRuntimeSeconds": 60}, "nodeCooldownSeconds": 5}})
+
+
 def scenarios(quick: bool):
+    """(name, nodes, jobs, config) or (name, nodes, jobs, config, queues)."""
     embedded = build_scenario(config=None)
     yield "embedded default", build_nodes(embedded.cluster), embedded.jobs, embedded.config
     if (ROOT.parent / "shared" / "data" / "traces").is_dir():
@@ -88,6 +97,10 @@ def scenarios(quick: bool):
                    build_nodes(cluster(nodes)), jobs, SchedulerConfig())
             yield (f"throughput {nodes} nodes, arrivals over {arrival:g} s, inference preempted",
                    build_nodes(cluster(nodes)), [_with_inference(job) for job in jobs], PREEMPTING)
+    jobs = workload(2000, 200, 1, 500.0)
+    yield ("throughput 200 nodes in 10 queues, reclaim on", build_nodes(cluster(200)),
+           [dataclasses.replace(job, queue=f"team-{i % 10}") for i, job in enumerate(jobs)], RECLAIMING,
+           queues(10, 8 * 200))
 
 
 def main() -> int:
@@ -95,11 +108,12 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="smaller throughput runs (about 1 min in all)")
     args = parser.parse_args()
     overall = hashlib.sha256()
-    for name, nodes, jobs, config in scenarios(args.quick):
+    for name, nodes, jobs, config, *queue_objects in scenarios(args.quick):
         started = time.perf_counter()
         policy = DigestingPolicy(config)
-        Simulation(nodes, jobs, policy, scheduler_name=config.scheduler_name).run(
-            progress=TerminalProgress.if_terminal(sys.stderr), phase=name)
+        simulation = Simulation(nodes, jobs, policy, scheduler_name=config.scheduler_name)
+        simulation.cluster.queues = queue_objects[0] if queue_objects else {}
+        simulation.run(progress=TerminalProgress.if_terminal(sys.stderr), phase=name)
         digest = policy.digest.hexdigest()[:16]
         overall.update(digest.encode())
         print(f"{digest}  {policy.decisions:6d} decisions  {time.perf_counter() - started:6.1f} s  {name}",

@@ -87,12 +87,14 @@ def offered_load(jobs: list[Job], nodes: int) -> float:
     return sum(j.pods * j.gpus * j.duration for j in jobs) / (8 * nodes * max(window, 1.0))
 
 
-def measure(nodes: int, jobs: list[Job], settle: bool = False) -> dict:
-    simulation = Simulation(build_nodes(cluster(nodes)), jobs, BatchschedPolicy())
+def measure(nodes: int, jobs: list[Job], settle: bool = False, simulation: Simulation | None = None,
+            phase: str = "") -> dict:
+    """``summary`` of the run (of ``simulation`` when given, else one over ``jobs``), its progress named ``phase``."""
+    simulation = simulation or Simulation(build_nodes(cluster(nodes)), jobs, BatchschedPolicy())
     if settle:  # as the scheduler process does once its caches sync
         settle_heap()
     try:
-        return summary(nodes, simulation)
+        return summary(nodes, simulation, phase)
     finally:
         if settle:
             gc.unfreeze()

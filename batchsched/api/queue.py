@@ -52,6 +52,26 @@ class QueueSpec(ApiModel):
                                                     max_length=MAX_QUOTA_ENTRIES)
 
 
+class ReclaimFlow(ApiModel):
+    """The pods of one queue terminating for another's gangs."""
+
+    queue: str
+    gangs: int
+    pods: int
+    resources: dict[str, str] = Field(default_factory=dict)
+
+
+class Reclaim(ApiModel):
+    """A reclaim in flight, from the reclaiming queue (``from``) or the one
+    reclaimed from (``to``)."""
+
+    message: str
+    waiting_gangs: int = Field(0, alias="waitingGangs")
+    since: str | None = None
+    from_: list[ReclaimFlow] = Field(default_factory=list, alias="from")
+    to: list[ReclaimFlow] = Field(default_factory=list)
+
+
 class QueueStatus(ApiModel):
     """What the scheduler writes back (docs/queues.md, "Status")."""
 
@@ -61,6 +81,8 @@ class QueueStatus(ApiModel):
     borrowed: dict[str, str] = Field(default_factory=dict)
     pending_gangs: int = Field(0, alias="pendingGangs")
     running_gangs: int = Field(0, alias="runningGangs")
+    reclaim: Reclaim | None = None
+    reclaimed_by: Reclaim | None = Field(None, alias="reclaimedBy")
     conditions: list[Condition] = Field(default_factory=list)
 
 

@@ -40,6 +40,7 @@ from batchsched.core.resources import Resources
 from batchsched.core.text import clip
 from batchsched.core.topology.accounting import GpuRoom, dra_gpus_by_id, room_of
 from batchsched.core.topology.choose import mask_of
+from batchsched.core.tracked import ChangeLog, changed_after
 
 
 class ClusterState:
@@ -59,6 +60,7 @@ class ClusterState:
         self._derived: dict[str, tuple[int, Resources, GpuRoom | None]] = {}  # stamp, free, room
         self._by_gang: dict[str, dict[str, None]] = {}  # gang key -> uids (every scheduler's)
         self._gang_stamp: dict[str, int] = {}
+        self._gang_changes = ChangeLog()  # of the gangs' pods, the loss of a gang's last pod included
         self._group_names: dict[str, dict[str, int]] = {}  # namespace -> gang label value -> pods (every scheduler's)
         self._pending: dict[str, int] = {}  # gang key -> our pending pods in it
         self._holding: dict[str, int] = {}  # gang key -> our pods in it holding room on a node
@@ -274,12 +276,12 @@ class ClusterState:
 
     def changed_since(self, mark: int) -> list[str]:
         """The nodes (present or removed) changed after ``mark``, latest first."""
-        stamps, changed = self._node_stamp, []
-        for name in reversed(stamps):
-            if stamps[name] <= mark:
-                break
-            changed.append(name)
-        return changed
+        return changed_after(self._node_stamp, mark)
+
+    def gangs_changed_since(self, mark: int) -> list[str] | None:
+        """The gangs whose pods changed after ``mark`` (those with none left
+        too), latest first; None when ``mark`` is older than the log keeps."""
+        return self._gang_changes.since(mark)
 
     def bound_pods(self, node_name: str) -> list[PodInfo]:
         """The pods bound to ``node_name``, in ``pods`` order."""
@@ -351,6 +353,11 @@ class ClusterState:
         """Changes whenever a pod of the gang does; 0 for a gang with no pods."""
         return self._gang_stamp.get(gang_key, 0)
 
+    @property
+    def gang_stamps(self) -> Mapping[str, int]:
+        """``gang_stamp`` of every gang with pods, for a pass over many gangs (read-only)."""
+        return self._gang_stamp
+
     def group_names(self, namespace: str) -> Collection[str]:
         """The gang label values that pods of ``namespace`` carry (any scheduler's)."""
         return self._group_names.get(namespace, {}).keys()
@@ -360,7 +367,7 @@ class ClusterState:
         terminating and not gated."""
         return self._pending.keys()
 
-    def holding_gang_keys(self) -> Iterable[str]:
+    def holding_gang_keys(self) -> Collection[str]:
         """Gangs with pods of ours that hold room on a node (bound, not terminal)."""
         return self._holding.keys()
 
@@ -419,6 +426,7 @@ class ClusterState:
                 self._gang_stamp[key] = self._tick()
             else:
                 del self._by_gang[key], self._gang_stamp[key]
+        self._gang_changes.note(key, self._tick(), self._by_gang)  # (a gang losing its last pod has no stamp)
         if pod.group and not pod.group_source:  # our label's values, for typo hints
             names = self._group_names.setdefault(pod.namespace, {})
             _count(names, pod.group, sign)

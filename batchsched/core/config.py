@@ -24,6 +24,10 @@ class CoreConfig:
     default_queue: str = "default"
     # The node label whose value is the GPU type a Queue's gpuTypes count by.
     gpu_type_label: str = GPU_PRODUCT_LABEL
+    # While a queue within its fair share has a gang waiting for room, gangs
+    # of other queues may not take them beyond their own fair share (what
+    # they borrowed would be reclaimed); needs preemption (docs/queues.md).
+    hold_borrowing: bool = False
 
     def __post_init__(self) -> None:
         if not 0 < self.initial_backoff <= self.max_backoff:

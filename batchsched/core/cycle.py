@@ -35,7 +35,8 @@ from batchsched.core.preemption.policy import PreemptionPolicy, PreemptionState
 from batchsched.core.placement.fit import REASON_RESERVED
 from batchsched.core.queueing.queue import GangQueue, Reservation
 from batchsched.core.queueing.runtime import KILL_GRACE_SECONDS, expected_end, overran_hint, runtime_bound
-from batchsched.core.queues.book import REASON_QUEUE_AT_LIMIT, Admission, QueueBook, Reclaim
+from batchsched.core.queues.book import (REASON_QUEUE_AT_LIMIT, REASON_QUEUE_BEYOND_FAIR_SHARE, Admission, QueueBook,
+                                        Reclaim, flows_said)
 from batchsched.core.resources import Resources
 from batchsched.core.snapshot import Snapshot
 from batchsched.core.text import clip
@@ -254,10 +255,12 @@ def _try_gang(snapshot: Snapshot, gangs: GangIndex, key: str, queue: GangQueue, 
         queue.record_failure(key, now)
         plan.verdicts[key] = Verdict(False, REASON_EXCEEDS_CAPACITY, too_big)
         return
-    admission = book.admission(gang)
+    held_back = book.borrowing(gang)
+    admission = held_back or book.admission(gang)
     if isinstance(admission, str):  # no eviction makes room in a queue: it is not offered preemption
         queue.record_failure(key, now)
-        plan.verdicts[key] = Verdict(False, REASON_QUEUE_AT_LIMIT, f"Gang {key} waits for its queue: {admission}.")
+        plan.verdicts[key] = Verdict(False, REASON_QUEUE_BEYOND_FAIR_SHARE if held_back else REASON_QUEUE_AT_LIMIT,
+                                     f"Gang {key} waits for its queue: {admission}.")
         return
     reserved = queue.reserved_against(key)
     off_limits = _off_limits(reserved, admission)
@@ -274,6 +277,9 @@ def _try_gang(snapshot: Snapshot, gangs: GangIndex, key: str, queue: GangQueue, 
     if isinstance(result, PlanFailure):
         queue.record_failure(key, now)
         message = result.message
+        awaited = book.awaited_reclaim(key)
+        if awaited:  # the room it was nominated to is still held by the queues it reclaims from
+            message = f"Gang {key} is waiting for reclaim from {flows_said(awaited)}. {message}"
         if queue.reservation_expired(key):
             message += (f" Its node reservation was released after it outlasted its bound (the pods it "
                         f"waited for, or maxReservationSeconds={config.max_reservation_seconds:g}); it "
@@ -295,6 +301,9 @@ def _try_gang(snapshot: Snapshot, gangs: GangIndex, key: str, queue: GangQueue, 
         if len(plan.nominations) == nominated_before:
             _give(capacity, own_holds, res.subtract)  # its claims stand; new ones would replace them
             holds_given.clear()
+            if config.hold_borrowing and preemption.enabled and not result.never_fits and gang.need \
+                    and not own_holds and key not in preemption_state.in_flight:
+                book.note_unplaced(gang)  # what others borrow now would be reclaimed for it
         reason = REASON_EXCEEDS_CAPACITY if result.never_fits else REASON_UNSCHEDULABLE
         plan.verdicts[key] = Verdict(False, reason, message)
         return

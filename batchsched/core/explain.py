@@ -23,7 +23,7 @@ from batchsched.core.placement.capacity import CapacityIndex
 from batchsched.core.placement.fit import resource_reasons, static_reasons
 from batchsched.core.placement.gang import min_resources_beyond, never_fits
 from batchsched.core.placement.gpus import in_dra_terms, pick_gpus, static_reason
-from batchsched.core.queues.book import REASON_QUEUE_AT_LIMIT, QueueBook
+from batchsched.core.queues.book import REASON_QUEUE_AT_LIMIT, QueueBook, flows_said
 from batchsched.core.snapshot import Snapshot
 from batchsched.core.text import clip
 from batchsched.core.topology.accounting import GpuRoom, gpu_rooms
@@ -235,6 +235,13 @@ def _queue_checklist(snapshot: Snapshot, gang: Gang, config: CoreConfig, report:
         report.data["reason"] = REASON_QUEUE_AT_LIMIT
         report.verdict = report.verdict or f"{REASON_QUEUE_AT_LIMIT}: waits for its queue: {admission}"
         report.add(f"  -> {admission}")
+    awaited = book.awaited_reclaim(gang.key)
+    if awaited:
+        waiting = f"waiting for reclaim from {flows_said(awaited)}"
+        data["reclaim"] = [f.data() for f in awaited]
+        report.verdict = report.verdict or waiting
+        report.add(f"  -> {waiting}: " + "; ".join(
+            f"{f.pods} pod(s) of queue {f.queue} terminating on the nodes its pods are nominated to" for f in awaited))
     return ""
 
 

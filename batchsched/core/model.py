@@ -106,6 +106,7 @@ class PodInfo:
     node_name: str = ""
     phase: str = "Pending"
     terminating: bool = False
+    deleted: float = 0.0  # metadata.deletionTimestamp, unix seconds (0: not being deleted, or not known)
     requests: Resources = field(default_factory=dict)
     priority: int = 0
     group: str = ""  # PodGroup name ("" = not in a group)
@@ -347,6 +348,7 @@ def pod_from_json(obj: Mapping[str, Any], gang_sources: frozenset[str] = frozens
         node_name=spec.get("nodeName") or "",
         phase=status.get("phase") or "Pending",
         terminating=bool(meta.get("deletionTimestamp")),
+        deleted=parse_time(meta.get("deletionTimestamp")),
         requests=pod_requests(spec),
         priority=int(spec.get("priority") or 0),
         group=group,

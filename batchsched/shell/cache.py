@@ -43,6 +43,7 @@ import aiohttp
 
 from batchsched.api import constants
 from batchsched.core.cluster import ClusterState
+from batchsched.core.tracked import TrackedDict
 from batchsched.core import gangsources
 from batchsched.core.dra import model as dra
 from batchsched.core.gangsources import jobs, jobsets, native, schedulerplugins, volcano
@@ -218,7 +219,7 @@ class ClusterCache:
         self.groups_raw: dict[str, dict] = {}  # every source's PodGroups, by gang key
         # The Jobs and JobSets sizing automatic gangs, as references for Events, by gang key.
         self.owner_refs: dict[str, dict] = {}
-        self.groups: dict[str, GroupSpec] = {}
+        self.groups: dict[str, GroupSpec] = TrackedDict()  # changes logged for the queues' counts (core/queues)
         self.invalid_groups: dict[str, str] = {}
         self.priority_classes: dict[str, int] = {}
         self.queues_raw: dict[str, dict] = {}  # kept raw: few, and their status is written back

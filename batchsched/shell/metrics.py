@@ -80,6 +80,15 @@ class _LiveState:
             gangs.add_metric([name, "pending"], summary.pending_gangs)
             gangs.add_metric([name, "running"], summary.running_gangs)
         yield gangs
+        reclaiming = GaugeMetricFamily(
+            "batchsched_queue_reclaiming", "A reclaim in flight: what the pods of queue `from` still terminating "
+            "for the gangs of `queue` hold, per resource (docs/queues.md, \"Reclaim in progress\").",
+            labels=["queue", "from", "resource"])
+        for name, summary in sorted(queues.items()):
+            for flow in summary.reclaiming:
+                for resource, amount in sorted(flow.amounts.items()):
+                    reclaiming.add_metric([name, flow.queue, resource], amount)
+        yield reclaiming
 
 
 class Metrics:

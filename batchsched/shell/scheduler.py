@@ -589,10 +589,13 @@ def status_path(key: str) -> str:
 
 
 def _with_removals(status: dict, written: dict | None) -> dict:
-    """``status`` as a merge patch over ``written``: each amount written
-    before and gone now is set to null (a merge patch removes only those)."""
+    """``status`` as a merge patch over ``written``: each field and amount
+    written before and gone now is set to null (a merge patch removes only
+    those), such as ``reclaim`` once the reclaim is over."""
     for field, amounts in (written or {}).items():
-        if isinstance(amounts, dict) and isinstance(status.get(field), dict):
+        if field not in status:
+            status[field] = None
+        elif isinstance(amounts, dict) and isinstance(status[field], dict):
             status[field].update({k: None for k in amounts if k not in status[field]})
     return status
 

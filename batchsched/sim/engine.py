@@ -47,6 +47,7 @@ from batchsched.core.model import GroupSpec, NodeInfo, PodInfo, group_from_json,
 from batchsched.core.preemption.plan import lost_work
 from batchsched.core.queues.model import QueueInfo
 from batchsched.core.resources import Resources
+from batchsched.core.tracked import TrackedDict
 from batchsched.core.cluster import ClusterState
 from batchsched.core.snapshot import Snapshot
 from batchsched.core.topology.accounting import dra_gpus_by_id, gpu_id_count
@@ -75,7 +76,7 @@ class SimCluster:
         self.nodes = self.state.nodes  # read-only views of the state (nodes joined with their DRA GPUs)
         self.pods = self.state.pods
         self.scheduler_name = scheduler_name
-        self.groups: dict[str, GroupSpec] = {}
+        self.groups: dict[str, GroupSpec] = TrackedDict()  # as the shell's cache
         self.pending: set[str] = set()  # uids of unbound pods
         self.touched: set[str] = set()  # gangs changed since the last cycle
         self.capacity_freed = False
@@ -180,9 +181,9 @@ class SimCluster:
         self.state.put_claim(written)
         self.pods_with_claims += 1
 
-    def terminate(self, uid: str) -> PodInfo:
-        """The pod is being deleted (evicted): it holds its room until it is gone."""
-        pod = dataclasses.replace(self.pods[uid], terminating=True)
+    def terminate(self, uid: str, now: float) -> PodInfo:
+        """The pod is being deleted (evicted) at ``now``: it holds its room until it is gone."""
+        pod = dataclasses.replace(self.pods[uid], terminating=True, deleted=now)
         self.state.put_pod(pod)
         self.touched.add(pod.gang_key)
         self.capacity_freed = True  # a victim going away: worth another look (as the shell's cache)
@@ -458,7 +459,7 @@ class Simulation:
         evicted = ([(e.pod, e.preemptor, e.reclaim) for e in plan.evictions]
                    + [(p, "", False) for reset in plan.resets for p in reset.pods])
         for victim, preemptor, reclaim in evicted:  # a gang started over loses its bound members as a victim does
-            pod = self.cluster.terminate(victim.uid)
+            pod = self.cluster.terminate(victim.uid, self.now)
             run = self.by_pod[pod.uid]
             self.recorder.evicted(run.job, self.now, preemptor, reclaim, lost_work(pod, to_unix(self.now)))
             if run.running and self._bound_members(run) < run.job.min_member:

@@ -4,12 +4,13 @@ written its verdict on the gang."""
 from __future__ import annotations
 
 import subprocess
+import sys
 
 import pytest
 
 from batchsched.api import constants
 from batchsched.api.queue import Queue, QueueMeta, QueueSpec
-from tests.integration.test_gang_scheduling import members_bound, wait_unschedulable
+from tests.integration.test_gang_scheduling import condition, members_bound, wait_unschedulable
 from tests.integration.test_preemption import alive
 from tests.support.kube import wait_for
 from tests.support.objects import pod, pod_group
@@ -47,7 +48,7 @@ def test_a_queue_at_its_limit_keeps_the_gang_pending_with_the_reason(env, start_
     out = subprocess.run([kubectl, "--kubeconfig", env.kubeconfig, "get", "queues.scheduling.batchsched.io", team],
                          capture_output=True, text=True, check=True).stdout.split("\n")
     assert out[0].split() == ["NAME", "PARENT", "WEIGHT", "GPU-GUARANTEED", "GPU-LIMIT", "GPU-ALLOCATED", "PENDING",
-                              "AGE"]
+                              "RECLAIM", "AGE"]
     # (no parent: that column is blank) weight, GPUs guaranteed, limit, allocated, pending gangs
     assert out[1].split()[:6] == [team, "1", "2", "4", "4", "1"]
 
@@ -104,25 +105,54 @@ def test_gpu_type_quotas_are_apart(env, start_scheduler, queue_crd):
 
 @pytest.mark.parametrize("reclaimable", [True, False])
 def test_a_queue_reclaims_what_it_lent_whole_gangs_only_and_never_from_a_non_reclaimable_one(
-        env, start_scheduler, queue_crd, reclaimable):
+        env, start_scheduler, queue_crd, kubectl, reclaimable):
     env.add_node("gpu0", gpus=8)
     lender = add_queue(env, "team-a", resources={constants.GPU_RESOURCE: {"guaranteed": 8}})
     borrower = add_queue(env, "team-b", reclaimable=reclaimable)
     env.create(pod_group("borrow", env.namespace, 2, queue=borrower))
-    for i in range(2):
-        env.create(pod(f"borrow-{i}", env.namespace, group="borrow", gpus=4))
+    for i in range(2):  # kwok keeps them Terminating once evicted, until the test deletes them
+        borrowed = pod(f"borrow-{i}", env.namespace, group="borrow", gpus=4)
+        borrowed["metadata"]["annotations"] = {"batchsched.io/linger": "true"}
+        borrowed["spec"]["terminationGracePeriodSeconds"] = 600
+        env.create(borrowed)
     start_scheduler(preemption={"enabled": True, "nodeCooldownSeconds": 0}, queue={"initialBackoffSeconds": 0.2})
     wait_for("team-b borrows the node", lambda: len(members_bound(env, "borrow-")) == 2)
     env.create(pod_group("own", env.namespace, 1, queue=lender))
     env.create(pod("own-0", env.namespace, group="own", gpus=8))
     if not reclaimable:
         scheduled = wait_unschedulable(env, "own")
-        assert "reclaims" not in scheduled["message"]
+        assert "reclaims" not in scheduled["message"] and "waiting for reclaim" not in scheduled["message"]
         assert alive(env, ["borrow-0", "borrow-1"]) == ["borrow-0", "borrow-1"]
         return
+    wait_for("the whole borrowing gang evicted", lambda: all(
+        env.pods()[f"borrow-{i}"]["metadata"].get("deletionTimestamp") for i in range(2)), timeout=60)
+    # while its victims terminate, the reclaim shows: the gang's condition, both Queues, kubectl, explain
+    waiting = f"waiting for reclaim from {borrower} (1 gang)"
+    wait_for("own's condition names the reclaim", lambda: waiting in condition(env.podgroup("own"), "Scheduled").get(
+        "message", ""))
+    reclaim = wait_for("team-a's status shows the reclaim", lambda: (
+        env.kube.get(f"{QUEUES}/{lender}").get("status") or {}).get("reclaim"))
+    assert (reclaim["message"], reclaim["waitingGangs"]) == (f"from {borrower} (1 gang)", 1)
+    assert [(f["queue"], f["gangs"], f["pods"], f["resources"][constants.GPU_RESOURCE]) for f in reclaim["from"]] \
+        == [(borrower, 1, 2, "8")]
+    assert reclaim["since"] == min(env.pods()[f"borrow-{i}"]["metadata"]["deletionTimestamp"] for i in range(2))
+    lent = wait_for("team-b's status shows who reclaims", lambda: (
+        env.kube.get(f"{QUEUES}/{borrower}").get("status") or {}).get("reclaimedBy"))
+    assert lent["message"] == f"by {lender} (1 gang)" and lent["to"][0]["pods"] == 2
+    out = subprocess.run([kubectl, "--kubeconfig", env.kubeconfig, "get", "queues.scheduling.batchsched.io", lender],
+                         capture_output=True, text=True, check=True).stdout
+    assert f"from {borrower} (1 gang)" in out.split("\n")[1]
+    explained = subprocess.run([sys.executable, "-m", "batchsched", "explain", "--kubeconfig", env.kubeconfig,
+                                "-n", env.namespace, "own"], capture_output=True, text=True, timeout=60)
+    assert f"-> {waiting}" in explained.stdout, explained.stdout + explained.stderr
+    for i in range(2):
+        env.kube.delete(f"/api/v1/namespaces/{env.namespace}/pods/borrow-{i}", gracePeriodSeconds=0)
     wait_for("team-a's gang bound on the reclaimed GPUs", lambda: members_bound(env, "own-") == ["own-0"],
              timeout=60)
     assert alive(env, ["borrow-0", "borrow-1"]) == []  # the whole gang went, through the Eviction API
     events = env.kube.get(f"/api/v1/namespaces/{env.namespace}/events")["items"]
     preempted = sorted(e["involvedObject"]["name"] for e in events if e["reason"] == "Preempted")
     assert preempted == ["borrow-0", "borrow-1"]
+    wait_for("the reclaim over, gone from both statuses", lambda: not any(
+        (env.kube.get(f"{QUEUES}/{q}").get("status") or {}).get(field) for q, field in
+        ((lender, "reclaim"), (borrower, "reclaimedBy"))))

@@ -22,7 +22,9 @@ from batchsched.core.queues.book import QueueBook
 from batchsched.core.queues.model import QueueInfo, queue_from_json
 from batchsched.core.queues.report import summarize
 from batchsched.core.queues.share import Claimant, divide, dominant_share, fair_shares
+from batchsched.core.resources import Resources
 from batchsched.core.snapshot import Snapshot
+from batchsched.core.tracked import TrackedDict
 from batchsched.shell import cache as cache_module
 from batchsched.shell.cache import ClusterCache
 from batchsched.shell.metrics import Metrics
@@ -518,6 +520,60 @@ def test_what_queues_hold_is_kept_across_cycles_and_follows_every_change():
     assert held() == held(fresh=True) == {"org": 20, "team-a": 20, "team-b": 0}
 
 
+def test_what_queues_hold_read_from_the_change_logs_is_a_fresh_count():
+    # Pods and PodGroups change at random, gangs come and go (enough of
+    # them that both change logs drop what is gone): the counts kept from
+    # the logs always equal a count from scratch.
+    rng = random.Random(15)
+    queues = {q.name: q for q in (queue("org"), queue("team-a", parent="org"), queue("team-b"))}
+    groups = TrackedDict()
+    cluster = snapshot(gpu_nodes(count=3), [], []).cluster
+
+    def held(book: QueueBook) -> dict[str, Resources]:  # (a count that went back to 0 may stay as 0)
+        return {name: {r: a for r, a in book.allocated(name).items() if a} for name in queues}
+
+    for step in range(6000):
+        gang = f"g{step // 2 + rng.randrange(12)}"  # a window of gangs sliding over 3,000 names
+        roll = rng.random()
+        if roll < 0.3:
+            groups[f"default/{gang}"] = in_queue(gang, rng.choice(["team-a", "team-b", "nowhere"]))
+        elif roll < 0.4:
+            groups.pop(f"default/{gang}", None)
+        elif roll < 0.65:
+            bound = rng.random() < 0.7
+            cluster.put_pod(pod(f"{gang}-{rng.randrange(2)}", group=gang, gpu=rng.choice([1, 2]),
+                                node_name=rng.choice(["n0", "n1", "n2"]) if bound else None,
+                                phase=rng.choice(["Running", "Succeeded"]) if bound else "Pending"))
+        elif cluster.pods:  # the oldest pod ends: gangs left behind by the window go
+            cluster.remove_pod(next(iter(cluster.pods)))
+        groups.pop(f"default/g{step // 2 - 1}", None)  # and so do their PodGroups
+        if step % 7 == 0:
+            kept = QueueBook(Snapshot.of(cluster, groups, 0.0, queues=queues), CONFIG)
+            fresh = QueueBook(Snapshot(dict(cluster.nodes), dict(cluster.pods), dict(groups), 0.0, queues=queues),
+                              CONFIG)
+            assert held(kept) == held(fresh), step
+    assert cluster.gangs_changed_since(0) is None and groups.changed_since(0) is None  # both logs were trimmed
+
+
+def test_a_tracked_dict_logs_every_change():
+    groups = TrackedDict(a=1)
+    start = groups.mark
+    value = object()
+    groups["b"] = value
+    groups["b"] = value  # the same object: no change
+    groups.update(c=3)
+    groups.setdefault("d", 4)
+    groups.setdefault("a", 9)  # present: no change
+    del groups["a"]
+    assert groups.changed_since(start) == ["a", "d", "c", "b"]
+    middle = groups.mark
+    groups.pop("x", None)  # absent: no change
+    groups |= {"e": 5}
+    groups.popitem()
+    groups.clear()
+    assert set(groups.changed_since(middle)) == {"b", "c", "d", "e"}
+
+
 def test_a_gang_waiting_for_its_queue_holds_no_reservation():
     # The old gang waits for its queue past reservationAfterSeconds; the
     # younger gang of another queue may still use the free node.
@@ -592,23 +648,92 @@ def test_reclaim_stops_at_the_fair_share_so_queues_do_not_ping_pong():
         reclaim.beyond(too_many)
 
 
-def test_a_reclaim_in_flight_is_not_repeated_while_its_victims_terminate():
-    # team-a's gang a reclaimed b2 (terminating on n1, a's pods nominated
-    # there).  Its second gang a2 may not reclaim more: with a's nominated
-    # room team-a would go beyond its fair share (12: its 8, then half of
-    # the 8 left), and team-b's terminating b2 is no longer beyond its own.
-    b_pods = running("b1", 2, 4, "n0") + [dataclasses.replace(p, terminating=True)
+def reclaim_in_flight(b2_queue="team-b"):
+    # team-a's gang a reclaimed b2 (8 GPUs, terminating on n1 since unix
+    # time 1000, a's pods nominated there); team-a's a2 waits too.
+    b_pods = running("b1", 2, 4, "n0") + [dataclasses.replace(p, terminating=True, deleted=1000.0)
                                           for p in running("b2", 1, 8, "n1")]
     a_pods = [dataclasses.replace(p, nominated_node="n1") for p in gang_pods("a", 2, gpu=4, created=5)]
     groups = [in_queue("a", "team-a", 2, created=5), in_queue("a2", "team-a", 2, created=6),
-              in_queue("b1", "team-b", 2), in_queue("b2", "team-b")]
-    snap = with_queues(snapshot(gpu_nodes(), b_pods + a_pods + gang_pods("a2", 2, gpu=4, created=6), groups),
+              in_queue("b1", "team-b", 2), in_queue("b2", b2_queue)]
+    return with_queues(snapshot(gpu_nodes(), b_pods + a_pods + gang_pods("a2", 2, gpu=4, created=6), groups),
                        queue("team-a", guaranteed=8), queue("team-b"))
+
+
+def test_a_reclaim_in_flight_is_not_repeated_while_its_victims_terminate():
+    # Gang a2 may not reclaim more: with a's nominated room team-a would go
+    # beyond its fair share (12: its 8, then half of the 8 left), and
+    # team-b's terminating b2 is no longer beyond its own.
+    snap = reclaim_in_flight()
     book = QueueBook(snap, CONFIG)
     assert not book.within_fair_share(GangIndex(snap)["default/a2"])
     assert book.within_fair_share(GangIndex(snap)["default/a"])  # its own nomination is not counted twice
     plan = reclaim_cycle(snap)
     assert plan.evictions == []
+
+
+def test_a_reclaim_in_flight_shows_in_the_status_of_both_queues():
+    summaries = summarize(reclaim_in_flight(), CONFIG)
+    taken = [{"queue": "team-b", "gangs": 1, "pods": 1, "resources": {GPU: "8", "pods": "1"}}]
+    a, b = summaries["team-a"].status(), summaries["team-b"].status()
+    assert a["reclaim"] == {"message": "from team-b (1 gang)", "waitingGangs": 1, "since": "1970-01-01T00:16:40Z",
+                            "from": taken}
+    assert b["reclaimedBy"] == {"message": "by team-a (1 gang)", "since": "1970-01-01T00:16:40Z",
+                                "to": [dict(taken[0], queue="team-a")]}
+    assert "reclaimedBy" not in a and "reclaim" not in b
+    assert QueueStatus.model_validate(a).reclaim.from_[0].gangs == 1  # the API's own type reads it
+    metrics = Metrics()
+    metrics.read_live(dict, dict, lambda: summaries)
+    assert ('batchsched_queue_reclaiming{from="team-b",queue="team-a",resource="nvidia.com/gpu"} 8.0'
+            in metrics.exposition().decode())
+
+
+def test_explain_and_the_verdict_say_which_reclaim_a_gang_waits_for():
+    snap = reclaim_in_flight()
+    report = explain_gang(snap, "default/a", CONFIG)
+    assert report.verdict == "waiting for reclaim from team-b (1 gang)"
+    assert report.data["queue"]["reclaim"] == [{"queue": "team-b", "gangs": 1, "pods": 1,
+                                             "resources": {GPU: "8", "pods": "1"}}]
+    assert "waiting for reclaim" not in explain_gang(snap, "default/a2", CONFIG).verdict  # nominated nowhere
+    verdict = reclaim_cycle(snap).verdicts["default/a"]
+    assert verdict.message.startswith("Gang default/a is waiting for reclaim from team-b (1 gang). ")
+
+
+def test_pods_terminating_in_the_gangs_own_queue_are_no_reclaim():
+    snap = reclaim_in_flight(b2_queue="team-a")  # b2 preempted by priority, within team-a
+    summaries = summarize(snap, CONFIG)
+    assert "reclaim" not in summaries["team-a"].status() and "reclaimedBy" not in summaries["team-b"].status()
+    assert QueueBook(snap, CONFIG).awaited_reclaim("default/a") == []
+    assert "waiting for reclaim" not in reclaim_cycle(snap).verdicts["default/a"].message
+
+
+def test_a_reclaim_over_is_removed_from_the_queue_status_by_the_patch():
+    written = {"pendingGangs": 1, "reclaim": {"message": "from team-b (1 gang)", "waitingGangs": 1}}
+    assert _with_removals({"pendingGangs": 0}, written) == {"pendingGangs": 0, "reclaim": None}
+
+
+@pytest.mark.parametrize("hold", [False, True])
+def test_with_hold_borrowing_no_queue_borrows_beyond_its_share_while_one_within_its_own_waits(hold):
+    # 16 GPUs.  team-b holds n0 (b1, too young to be reclaimed); team-a
+    # (guaranteed 16) waits for 2 x 8, so its fair share is all 16 and
+    # team-b's none.  team-b's next gang would take n1, which reclaim would
+    # take back once b1 may go: with holdBorrowing it waits instead.
+    pods = running("b1", 1, 8, "n0", created=0) + gang_pods("a", 2, gpu=8, created=5) \
+        + gang_pods("b2", 1, gpu=8, created=6)
+    groups = [in_queue("b1", "team-b"), in_queue("a", "team-a", 2, created=5), in_queue("b2", "team-b", created=6)]
+    snap = with_queues(snapshot(gpu_nodes(), pods, groups, now=10), queue("team-a", guaranteed=16), queue("team-b"))
+    config = dataclasses.replace(CONFIG, hold_borrowing=hold)
+    plan = schedule_cycle(snap, GangQueue.from_config(config), config,
+                          dataclasses.replace(PREEMPT, min_runtime_seconds=3600))
+    assert plan.evictions == [] and plan.verdicts["default/a"].reason == "Unschedulable"
+    b2 = plan.verdicts["default/b2"]
+    if not hold:
+        assert bound_gangs(plan) == {"default/b2": 1}
+        return
+    assert bound_gangs(plan) == {} and b2.reason == "QueueBeyondFairShare"
+    assert b2.message == ("Gang default/b2 waits for its queue: queue team-b would go beyond its fair share with "
+                          "gang default/b2 while queue team-a, within its own, waits for room (what it borrowed "
+                          "would be reclaimed).")
 
 
 def test_no_reservation_for_a_gang_beyond_its_queues_fair_share():

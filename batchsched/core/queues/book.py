@@ -30,10 +30,12 @@ from batchsched.core.queues.model import QueueInfo
 from batchsched.core.queues.share import dominant_share, fair_shares
 from batchsched.core.resources import Resources
 from batchsched.core.snapshot import Snapshot
+from batchsched.core.tracked import TrackedDict
 
 REASON_QUEUE_NOT_FOUND = "QueueNotFound"
 REASON_INVALID_QUEUE = "InvalidQueue"
 REASON_QUEUE_AT_LIMIT = "QueueAtLimit"
+REASON_QUEUE_BEYOND_FAIR_SHARE = "QueueBeyondFairShare"  # held back from borrowing (CoreConfig.hold_borrowing)
 
 
 @dataclass(frozen=True)
@@ -76,6 +78,38 @@ class Reclaim:
         return ""
 
 
+@dataclass(frozen=True)
+class ReclaimFlow:
+    """Room going from one queue to another in a reclaim in flight: pods of
+    the queue reclaimed from, terminating on nodes that pods of the
+    reclaiming queue are nominated to (docs/queues.md, "Reclaim in progress")."""
+
+    queue: str  # the other queue: the one reclaimed from, or the one reclaiming
+    gangs: int  # victim gangs with pods still terminating
+    pods: int
+    amounts: Resources  # what those pods hold
+    since: float  # the earliest of their deletions (unix seconds; 0: not known)
+
+    @classmethod
+    def of(cls, queue: str, victims: Iterable[PodInfo]) -> ReclaimFlow:
+        victims = list(victims)
+        return cls(queue, len({p.gang_key for p in victims}), len(victims), summed(p.requests for p in victims),
+                   min((p.deleted for p in victims if p.deleted), default=0.0))
+
+    def said(self) -> str:
+        return f"{self.queue} ({self.gangs} gang{'s' if self.gangs != 1 else ''})"
+
+    def data(self) -> dict:
+        """As Queue status and ``explain -o json`` show it."""
+        return {"queue": self.queue, "gangs": self.gangs, "pods": self.pods,
+                "resources": {r: _amount(r, a) for r, a in sorted(self.amounts.items())}}
+
+
+def flows_said(flows: Iterable[ReclaimFlow]) -> str:
+    """``team-b (3 gangs), team-c (1 gang)``."""
+    return ", ".join(flow.said() for flow in flows)
+
+
 @dataclass
 class _Usage:
     amounts: Resources = field(default_factory=dict)
@@ -101,6 +135,10 @@ class _Held:
     config: tuple[str, str]  # default queue, GPU type label
     gangs: dict[str, tuple[int, object, list[str], Resources, dict[str, int]]] = field(default_factory=dict)
     totals: dict[str, _Usage] = field(default_factory=dict)
+    # when counted: the cluster's change clock, and the PodGroups' (None: not counted, or not a TrackedDict)
+    pods_mark: int | None = None
+    groups: Mapping | None = None
+    groups_mark: int = 0
 
     def drop(self, key: str) -> None:
         _, _, charged, amounts, kinds = self.gangs.pop(key)
@@ -124,6 +162,8 @@ class QueueBook:
         self._charged_now: set[str] = set()  # queues this cycle placed gangs of
         self._fair: dict[str, dict[str, Fraction]] | None = None
         self._flight: tuple[dict[str, Resources], dict[str, dict[str, Resources]]] | None = None
+        self._reclaims: dict[str, dict[str, dict[str, PodInfo]]] | None = None
+        self._waiting_within_share: set[str] = set()  # queues with a gang unplaced this cycle within their share
         if self.active:
             self._count_bound()
 
@@ -172,7 +212,7 @@ class QueueBook:
         chain = self._chain(name)
         headroom = self._headroom(chain)
         demand = self._demand(gang)
-        if not headroom or not res.fits(demand.total, headroom):
+        if not headroom or not res.fits({r: demand.total.get(r, 0) for r in headroom}, headroom):
             return Admission(name, pods, excluded=self._excluded(chain, demand.smallest_gpus))
         limited = tuple(sorted(headroom))
         ordered, minimum = demand.smallest_first(limited), demand.minimum(limited)
@@ -258,6 +298,26 @@ class QueueBook:
                 return False
         return True
 
+    def note_unplaced(self, gang: Gang) -> None:
+        """``gang`` found no room this cycle, and holds none nominated: if
+        its queue is within its fair share with it, other queues may not
+        borrow beyond their own for the rest of the cycle (``borrowing``)."""
+        if self.active and self.within_fair_share(gang):
+            self._waiting_within_share.add(self.queue_of(gang.key))
+
+    def borrowing(self, gang: Gang) -> str:
+        """Why ``gang`` may not take room now: its queue would go beyond its
+        fair share with it while a queue within its own waits for room, which
+        would reclaim what was lent (docs/queues.md, "Borrowing"); or ""."""
+        if not self._waiting_within_share:
+            return ""
+        name = self.queue_of(gang.key)
+        waiting = sorted(self._waiting_within_share - set(self._charged(name)))
+        if not waiting or self.within_fair_share(gang):
+            return ""
+        return (f"queue {name} would go beyond its fair share with gang {gang.key} while queue {waiting[0]}, "
+                "within its own, waits for room (what it borrowed would be reclaimed)")
+
     def reclaim_for(self, gang: Gang) -> Reclaim | None:
         """Whether the gang's queue may take back room lent to others: it
         (and its parent) would stay within its fair share with the gang's
@@ -307,6 +367,51 @@ class QueueBook:
                         by_gang[key] = res.add(by_gang.get(key, {}), pod.requests)
             self._flight = (going, coming)
         return self._flight
+
+    def awaited_reclaim(self, gang_key: str) -> list[ReclaimFlow]:
+        """The reclaims in flight the gang waits for, by the queue reclaimed
+        from (none without Queue objects)."""
+        return [ReclaimFlow.of(other, pods.values())
+                for other, pods in sorted(self._reclaims_in_flight().get(gang_key, {}).items())]
+
+    def reclaims_by_queue(self) -> tuple[dict[str, list[ReclaimFlow]], dict[str, list[ReclaimFlow]], dict[str, int]]:
+        """The reclaims in flight seen from each side: per reclaiming queue,
+        the queues it takes from; per queue reclaimed from, the queues taking
+        from it; and per reclaiming queue, how many of its gangs wait."""
+        victims: dict[tuple[str, str], dict[str, PodInfo]] = {}  # (reclaiming, reclaimed from) -> uid -> pod
+        waiting: dict[str, int] = {}
+        for gang_key, by_queue in self._reclaims_in_flight().items():
+            name = self.queue_of(gang_key)
+            waiting[name] = waiting.get(name, 0) + 1
+            for other, pods in by_queue.items():
+                victims.setdefault((name, other), {}).update(pods)
+        taking: dict[str, list[ReclaimFlow]] = {}
+        giving: dict[str, list[ReclaimFlow]] = {}
+        for (name, other), pods in sorted(victims.items()):
+            taking.setdefault(name, []).append(ReclaimFlow.of(other, pods.values()))
+            giving.setdefault(other, []).append(ReclaimFlow.of(name, pods.values()))
+        return taking, giving, waiting
+
+    def _reclaims_in_flight(self) -> dict[str, dict[str, dict[str, PodInfo]]]:
+        """Per gang with pods nominated to nodes, per other queue, that
+        queue's pods terminating on those nodes (uid -> pod): the room the
+        gang waits for, taken from another queue.  Once a cycle."""
+        if self._reclaims is None:
+            self._reclaims = {}
+            cluster = self._snapshot.cluster
+            terminating_on: dict[str, list[PodInfo]] = {}
+            if self.active:
+                for pod in cluster.terminating_pods():
+                    if pod.scheduler_name == cluster.scheduler_name:
+                        terminating_on.setdefault(pod.node_name, []).append(pod)
+            for pod in cluster.nominated_pods() if terminating_on else ():
+                own = self._charged(self.queue_of(pod.gang_key))
+                for victim in terminating_on.get(pod.nominated_node, ()):
+                    other = self.queue_of(victim.gang_key)
+                    if other not in own:
+                        by_queue = self._reclaims.setdefault(pod.gang_key, {})
+                        by_queue.setdefault(other, {})[victim.uid] = victim
+        return self._reclaims
 
     def _fair_shares(self) -> dict[str, dict[str, Fraction]]:
         """Every queue's fair share over what it holds and its waiting gangs
@@ -390,13 +495,18 @@ class QueueBook:
         config = (self.default, self.type_label)
         if held is None or held.config != config or held.queues != self.queues:
             held = cluster.caches["queue_usage"] = _Held(dict(self.queues), config)
-        holding = cluster.holding_gang_keys()
-        for key in holding:
-            stamp, group, kept = cluster.gang_stamp(key), groups.get(key), held.gangs.get(key)
-            if kept is not None and kept[0] == stamp and kept[1] is group:
-                continue
-            if kept is not None:
+        holding, stamps, kept_gangs = cluster.holding_gang_keys(), cluster.gang_stamps, held.gangs
+        changed = self._changed_since_counted(held)
+        if changed is None:  # every holding gang is checked (the first count, or the logs cannot tell)
+            changed = [key for key in holding if (kept := kept_gangs.get(key)) is None or kept[0] != stamps[key]
+                       or kept[1] is not groups.get(key)]
+            changed += [key for key in kept_gangs if key not in holding]
+        for key in changed:
+            if key in kept_gangs:
                 held.drop(key)
+            if key not in holding:
+                continue
+            stamp, group = stamps[key], groups.get(key)
             pods = [p for p in (cluster.pods[u] for u in cluster.gang_uids(key))
                     if p.holds_resources and p.scheduler_name == cluster.scheduler_name]
             charged = self._charged(self.queue_of(key))
@@ -404,10 +514,22 @@ class QueueBook:
             held.gangs[key] = (stamp, group, charged, amounts, kinds)
             for name in charged:
                 held.totals.setdefault(name, _Usage()).add(amounts, kinds)
-        if len(held.gangs) > len(holding):  # every holding gang is in held.gangs now: the others are gone
-            for key in held.gangs.keys() - set(holding):
-                held.drop(key)
+        held.pods_mark = cluster.mark
+        held.groups, held.groups_mark = (groups, groups.mark) if isinstance(groups, TrackedDict) else (None, 0)
         self._usage = dict(held.totals)  # shared until this cycle charges a queue (admit)
+
+    def _changed_since_counted(self, held: _Held) -> set[str] | None:
+        """The gangs whose pods or PodGroup changed since ``held`` was last
+        counted, from the cluster's and the PodGroups' change logs; None when
+        those cannot tell (not counted yet, other PodGroups, logs trimmed)."""
+        groups = self._snapshot.groups
+        if held.pods_mark is None or held.groups is not groups:
+            return None
+        pods = self._snapshot.cluster.gangs_changed_since(held.pods_mark)
+        regrouped = groups.changed_since(held.groups_mark)  # (held.groups is a TrackedDict)
+        if pods is None or regrouped is None:
+            return None
+        return set(pods).union(regrouped)
 
     def _by_type(self, placed: Iterable[tuple[PodInfo, str]]) -> dict[str, int]:
         """The GPUs of pods on nodes (pod, node name), by the nodes' GPU type."""
