@@ -72,6 +72,14 @@ def foreign_podgroup_crds(kube) -> TestKube:
 
 
 @pytest.fixture(scope="session")
+def jobset_crd(kube) -> TestKube:
+    """JobSet's CRD, from the sigs.k8s.io/jobset module e2e/versions.env pins, left installed."""
+    from tests.support import controllers, jobset
+    controllers.install_crds(kube, controllers.module_dir(*jobset.MODULE))
+    return kube
+
+
+@pytest.fixture(scope="session")
 def kube(kubeconfig) -> TestKube:
     return install_podgroup_crd(TestKube(kubeconfig))
 

@@ -76,7 +76,7 @@ def test_deploy_passes_a_server_side_dry_run(kube, kubeconfig, kubectl):
 
 
 def test_the_service_account_may_do_nothing_beyond_scheduling_and_evicting(
-        env, kube, kubeconfig, kubectl, foreign_podgroup_crds):  # kubectl auth can-i resolves their names
+        env, kube, kubeconfig, kubectl, foreign_podgroup_crds, jobset_crd):  # kubectl auth can-i resolves their names
     apply(kubectl, kubeconfig, [o for o in rendered(kubectl, kubeconfig, DEPLOY) if o["kind"] in RBAC_KINDS])
 
     def can(verb: str, resource: str, *extra: str) -> bool:
@@ -100,6 +100,7 @@ def test_the_service_account_may_do_nothing_beyond_scheduling_and_evicting(
                                    ("update", "podgroups.scheduling.batchsched.io"),
                                    ("patch", "podgroups.scheduling.x-k8s.io"),
                                    ("update", "podgroups.scheduling.volcano.sh"),
+                                   ("update", "jobsets.jobset.x-k8s.io"), ("patch", "jobs.batch"),
                                    ("get", "resourceclaims.resource.k8s.io"),
                                    ("update", "resourceclaims.resource.k8s.io"),
                                    ("create", "resourceslices.resource.k8s.io"),
@@ -156,7 +157,7 @@ def unused(rules: set[tuple[str, str, str, str, str]], events: list[dict]) -> se
 @pytest.mark.parametrize("mode, component", [("Evict", None), ("Delete", "preemption-delete")])
 def test_every_rule_granted_is_used_and_nothing_the_scheduler_does_is_refused(
         env, kube, kubeconfig, kubectl, audit_log, start_scheduler, tmp_path, mode, component, gpu_class,
-        foreign_podgroup_crds, queue_crd):
+        foreign_podgroup_crds, queue_crd, jobset_crd):
     overlay = tmp_path / "overlay"
     overlay.mkdir()
     (overlay / "kustomization.yaml").write_text(yaml.safe_dump({

@@ -42,11 +42,10 @@ FRAMEWORKS = sorted((ROOT / "examples" / "frameworks").glob("*.yaml"))
 
 
 @pytest.fixture(scope="module")
-def framework_crds(foreign_podgroup_crds):
+def framework_crds(foreign_podgroup_crds, jobset_crd):
     """The CRDs the framework examples name: scheduler-plugins', Volcano's, Kueue's and JobSet's."""
-    from tests.support import controllers, jobset, kueue
-    for module in (kueue.MODULE, jobset.MODULE):
-        controllers.install_crds(foreign_podgroup_crds, controllers.module_dir(*module))
+    from tests.support import controllers, kueue
+    controllers.install_crds(foreign_podgroup_crds, controllers.module_dir(*kueue.MODULE))
     return foreign_podgroup_crds
 
 
