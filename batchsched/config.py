@@ -182,7 +182,7 @@ class QueuesConfig(_Strict):
 
 class TopologyConfig(_Strict):
     domain_labels: list[str] = Field(default_factory=lambda: [constants.GPU_CLIQUE_LABEL], alias="domainLabels")
-    fragmentation_aware: bool = Field(True, alias="fragmentationAware")
+    fragmentation_aware: bool = Field(False, alias="fragmentationAware")
     keep_cliques_whole: bool = Field(True, alias="keepCliquesWhole")
 
 

@@ -19,7 +19,7 @@ class CoreConfig:
     # Node choice beside best fit (core/placement/fragmentation.py, docs/topology.md):
     # the least fragmentation of the GPU shapes asked, and NVLink cliques'
     # wholly free nodes kept from partial pods while a whole-node pod waits.
-    fragmentation_aware: bool = True
+    fragmentation_aware: bool = False  # off: it did not raise useful allocation (bench/RESULTS.md)
     keep_cliques_whole: bool = True
     # A gang partly bound (some members bound by us, quorum incomplete) for
     # this long has its bound members evicted to start over (docs/binding.md).

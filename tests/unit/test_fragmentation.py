@@ -8,13 +8,15 @@ import dataclasses
 from batchsched.config import validate_config
 from batchsched.core.cluster import ClusterState
 from batchsched.core.config import CoreConfig
+from batchsched.core.cycle import schedule_cycle
 from batchsched.core.placement.capacity import CapacityIndex
 from batchsched.core.placement.fragmentation import (
     NodeChoice, fragmentation, node_choice, quantized_mix, settled_mix,
 )
 from batchsched.core.placement.gang import GangPlan, plan_gang
+from batchsched.core.queueing.queue import GangQueue
 from batchsched.core.topology.accounting import room_of, topology_of
-from tests.unit.helpers import node, pod
+from tests.unit.helpers import gang_pods, group, node, pod, snapshot
 from tests.unit.topology_support import fixture, topology_node
 
 GPU = "nvidia.com/gpu"
@@ -143,15 +145,31 @@ def test_node_choice_follows_the_config_and_the_cluster():
     for i in range(3):
         state.put_pod(pod(f"big{i}", gpu=8))
     state.put_pod(pod("small", gpu=1, node_name="n", phase="Running"))
-    assert node_choice(state, CoreConfig()) == NodeChoice(((1, 5), (8, 15)), 8)
-    assert node_choice(state, CoreConfig(keep_cliques_whole=False)) == NodeChoice(((1, 5), (8, 15)), 0)
-    assert node_choice(state, CoreConfig(fragmentation_aware=False)) == NodeChoice((), 8)
-    assert node_choice(state, CoreConfig(fragmentation_aware=False, keep_cliques_whole=False)) is None
+    both = CoreConfig(fragmentation_aware=True)
+    assert node_choice(state, both) == NodeChoice(((1, 5), (8, 15)), 8)
+    assert node_choice(state, CoreConfig(fragmentation_aware=True, keep_cliques_whole=False)) == NodeChoice(
+        ((1, 5), (8, 15)), 0)
+    assert node_choice(state, CoreConfig()) == NodeChoice((), 8)  # the default: cliques only
+    assert node_choice(state, CoreConfig(keep_cliques_whole=False)) is None
     state.remove_node("n")  # no clique: nothing to keep
-    assert node_choice(state, CoreConfig()).whole_node_ask == 0
+    assert node_choice(state, both).whole_node_ask == 0
 
 
 def test_the_config_keys_reach_the_core():
-    core = validate_config({"topology": {"fragmentationAware": False, "keepCliquesWhole": False}}).core()
-    assert (core.fragmentation_aware, core.keep_cliques_whole) == (False, False)
-    assert (validate_config({}).core().fragmentation_aware, validate_config({}).core().keep_cliques_whole) == (True, True)
+    core = validate_config({"topology": {"fragmentationAware": True, "keepCliquesWhole": False}}).core()
+    assert (core.fragmentation_aware, core.keep_cliques_whole) == (True, False)
+    default = validate_config({}).core()
+    assert (default.fragmentation_aware, default.keep_cliques_whole) == (False, True)
+
+
+def test_in_a_cycle_a_small_pod_leaves_a_free_clique_node_to_a_waiting_whole_node_gang():
+    nodes = [gpu_node("a-0", {CLIQUE: "A"}), gpu_node("a-1", {CLIQUE: "A"}), gpu_node("z")]
+    # 4 whole-node pods: they wait (3 nodes), asking every GPU of a node
+    pods = gang_pods("big", 4, cpu=1, gpu=8, priority=10) + [pod("small", cpu=1, gpu=2)]
+    snap = snapshot(nodes, pods, [group("big", min_member=4)])
+    where = {}
+    for keep in (True, False):
+        config = CoreConfig(keep_cliques_whole=keep, fragmentation_aware=False)
+        plan = schedule_cycle(snap, GangQueue.from_config(config), config)
+        where[keep] = {b.pod_name: b.node_name for b in plan.bindings}
+    assert where == {True: {"small": "z"}, False: {"small": "a-0"}}
