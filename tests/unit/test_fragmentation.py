@@ -153,6 +153,7 @@ def test_node_choice_follows_the_config_and_the_cluster():
     assert node_choice(state, CoreConfig(keep_cliques_whole=False)) is None
     state.remove_node("n")  # no clique: nothing to keep
     assert node_choice(state, both).whole_node_ask == 0
+    assert node_choice(state, CoreConfig()) is None
 
 
 def test_the_config_keys_reach_the_core():

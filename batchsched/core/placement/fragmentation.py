@@ -131,13 +131,12 @@ class NodeChoice:
 
 
 def node_choice(cluster: ClusterState, config: CoreConfig) -> NodeChoice | None:
-    """This cycle's ``NodeChoice`` (None: best fit alone, as configured)."""
-    if not (config.fragmentation_aware or config.keep_cliques_whole):
-        return None
+    """This cycle's ``NodeChoice``; None when it would weigh nothing
+    (best fit alone, as configured or for want of shapes or cliques)."""
     mix: Mix = ()
     if config.fragmentation_aware:
         mix = cluster.caches["gpu_mix"] = settled_mix(cluster.gpu_asks, cluster.caches.get("gpu_mix"))
     whole_node_ask = 0
     if config.keep_cliques_whole and cluster.clique_nodes:
         whole_node_ask = max(cluster.pending_gpu_asks, default=0)
-    return NodeChoice(mix, whole_node_ask)
+    return NodeChoice(mix, whole_node_ask) if mix or whole_node_ask else None
