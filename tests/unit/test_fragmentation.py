@@ -4,8 +4,9 @@ keeping NVLink cliques' wholly free nodes for whole-node pods."""
 from __future__ import annotations
 
 import dataclasses
+import sys
 
-from batchsched.config import validate_config
+from batchsched.config import SchedulerConfig, validate_config
 from batchsched.core.cluster import ClusterState
 from batchsched.core.config import CoreConfig
 from batchsched.core.cycle import schedule_cycle
@@ -16,6 +17,8 @@ from batchsched.core.placement.fragmentation import (
 from batchsched.core.placement.gang import GangPlan, plan_gang
 from batchsched.core.queueing.queue import GangQueue
 from batchsched.core.topology.accounting import room_of, topology_of
+from batchsched.sim.scenario import build_scenario
+from tests.unit.test_core_boundary import ROOT
 from tests.unit.helpers import gang_pods, group, node, pod, snapshot
 from tests.unit.topology_support import fixture, topology_node
 
@@ -174,3 +177,16 @@ def test_in_a_cycle_a_small_pod_leaves_a_free_clique_node_to_a_waiting_whole_nod
         plan = schedule_cycle(snap, GangQueue.from_config(config), config)
         where[keep] = {b.pod_name: b.node_name for b in plan.bindings}
     assert where == {True: {"small": "z"}, False: {"small": "a-0"}}
+
+
+def test_the_benchmarks_clique_cluster_puts_dgx1_and_h100_nodes_in_cliques_of_four():
+    sys.path.insert(0, str(ROOT / "bench"))
+    import fragmentation_sim
+
+    groups = build_scenario().cluster
+    cliques = fragmentation_sim.clique_cluster(groups)
+    assert sum(g.count for g in cliques) == sum(g.count for g in groups) == 40
+    labelled = {g.name: (g.count, g.labels.get(CLIQUE)) for g in cliques if CLIQUE in g.labels}
+    assert labelled == {name: (4, name) for name in ("dgx1-c0", "dgx1-c1", "h100-c0", "h100-c1")}
+    config = fragmentation_sim.with_choice(SchedulerConfig(), True, False).core()
+    assert (config.fragmentation_aware, config.keep_cliques_whole) == (True, False)
