@@ -185,6 +185,8 @@ class QueuesConfig(_Strict):
 
 class TopologyConfig(_Strict):
     domain_labels: list[str] = Field(default_factory=lambda: [constants.GPU_CLIQUE_LABEL], alias="domainLabels")
+    fragmentation_aware: bool = Field(False, alias="fragmentationAware")
+    keep_cliques_whole: bool = Field(True, alias="keepCliquesWhole")
 
 
 class SchedulerConfig(_Strict):
@@ -262,6 +264,8 @@ class SchedulerConfig(_Strict):
             max_reservation_seconds=self.queue.max_reservation_seconds,
             max_gangs_per_cycle=self.queue.max_gangs_per_cycle,
             domain_labels=tuple(self.topology.domain_labels),
+            fragmentation_aware=self.topology.fragmentation_aware,
+            keep_cliques_whole=self.topology.keep_cliques_whole,
             partial_gang_timeout=self.binding.partial_gang_timeout_seconds,
             default_queue=self.queues.default_queue,
             gpu_type_label=self.queues.gpu_type_label,

@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/throughput_core.py [--nodes 500,5000,10000] [--pods 10000]
                                               [--arrival-seconds 500] [--seed 1] [--profile NODES]
-                                              [--settle-heap]
+                                              [--settle-heap] [--config FILE]
 
 For each cluster size: NODES x 8 GPUs (the four built-in 8-GPU boards in
 turn, each node carrying its gpu-topology annotation) and the same 10,000
@@ -26,7 +26,8 @@ functions by their own time and by cumulative time.  ``--settle-heap``
 does what ``batchsched run`` does once its caches sync (``gc.freeze()`` and
 higher collector thresholds, batchsched/shell/heap.py) after building each
 cluster, and undoes it after the run; without it the collector runs with
-Python's defaults.
+Python's defaults.  ``--config FILE``: batchsched's scheduler config (as
+for ``batchsched run``; default: the defaults).
 """
 from __future__ import annotations
 
@@ -44,6 +45,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from batchsched.config import SchedulerConfig, load_config  # noqa: E402
 from batchsched.sim.cluster import NodeGroup, build_nodes, builtin_topologies  # noqa: E402
 from batchsched.sim.engine import Simulation  # noqa: E402
 from batchsched.sim.metrics import percentile  # noqa: E402
@@ -88,9 +90,10 @@ def offered_load(jobs: list[Job], nodes: int) -> float:
 
 
 def measure(nodes: int, jobs: list[Job], settle: bool = False, simulation: Simulation | None = None,
-            phase: str = "") -> dict:
-    """``summary`` of the run (of ``simulation`` when given, else one over ``jobs``), its progress named ``phase``."""
-    simulation = simulation or Simulation(build_nodes(cluster(nodes)), jobs, BatchschedPolicy())
+            phase: str = "", config: SchedulerConfig = SchedulerConfig()) -> dict:
+    """``summary`` of the run (of ``simulation`` when given, else one over ``jobs`` under ``config``), its
+    progress named ``phase``."""
+    simulation = simulation or Simulation(build_nodes(cluster(nodes)), jobs, BatchschedPolicy(config))
     if settle:  # as the scheduler process does once its caches sync
         settle_heap()
     try:
@@ -126,11 +129,13 @@ def main() -> int:
     parser.add_argument("--settle-heap", action="store_true",
                         help="once the cluster is built, gc.freeze() and raise the collector's thresholds, "
                              "as `batchsched run` does after its caches sync (batchsched/shell/heap.py)")
+    parser.add_argument("--config", help="batchsched's scheduler config (default: the defaults)")
     args = parser.parse_args()
+    config = load_config(args.config)
     if args.profile:
         profiler = cProfile.Profile()
         profiler.runcall(measure, args.profile, workload(args.pods, args.profile, args.seed, args.arrival_seconds),
-                         args.settle_heap)
+                         args.settle_heap, config)
         stats = pstats.Stats(profiler)
         stats.sort_stats("tottime").print_stats(25)
         stats.sort_stats("cumulative").print_stats(40)
@@ -143,7 +148,7 @@ def main() -> int:
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for nodes in (int(n) for n in args.nodes.split(",")):
         jobs = workload(args.pods, nodes, args.seed, args.arrival_seconds)
-        m = measure(nodes, jobs, args.settle_heap)
+        m = measure(nodes, jobs, args.settle_heap, config=config)
         print(f"| {nodes} | {8 * nodes} | {100 * offered_load(jobs, nodes):.0f}% | {m['cycles']} | {m['placed']} | "
               f"{m['started']}/{m['jobs']} | "
               f"{m['core']:.1f} | {m['rate']:.0f} | {m['p50']:.1f} | {m['p99']:.1f} | {m['max']:.1f} | "

@@ -12,7 +12,11 @@ plain maps it keeps what a cycle would otherwise recompute from every pod:
   likely typo when a PodGroup finds no pods);
 * the pods terminating while they hold room, and our pending pods
   nominated to a node (preemption's holds);
-* the sum of every node's allocatable;
+* the sum of every node's allocatable, and how many nodes are in an
+  NVLink clique (``nvidia.com/gpu.clique``);
+* the GPU shapes asked: how many of our pending pods, and of the bound
+  pods holding room, ask each number of GPUs (``gpu_asks``; our pending
+  ones alone: ``pending_gpu_asks``), for fragmentation-aware node choice;
 * the DRA objects (``dra``: DeviceClasses, ResourceSlices, ResourceClaims
   and assumed allocations, ``core/dra/state.py``): each node is held joined
   with its DRA GPUs (``model.with_dra``), and a change to those, or to a
@@ -29,9 +33,9 @@ entries against the stamps kept here.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, Collection, Iterable, Iterator, Mapping
+from typing import Any, Collection, Hashable, Iterable, Iterator
 
-from batchsched.api.constants import GPU_RESOURCE
+from batchsched.api.constants import GPU_CLIQUE_LABEL, GPU_RESOURCE
 from batchsched.core.dra import claims
 from batchsched.core.dra.model import AllocatedDevice, DeviceClass, ResourceClaim, ResourceSlice
 from batchsched.core.dra.state import DraState
@@ -51,6 +55,10 @@ class ClusterState:
         self.dra = DraState()  # read-only outside this class
         self.pods: dict[str, PodInfo] = {}  # by uid; read-only outside this class
         self.total_allocatable: Resources = {}
+        self.clique_nodes = 0  # nodes labelled with an NVLink clique
+        # GPUs per pod -> pods asking that many: ours pending, and every bound pod holding room
+        self.gpu_asks: dict[int, int] = {}
+        self.pending_gpu_asks: dict[int, int] = {}  # ours pending only
         self.caches: dict[str, Any] = {}
         self._clock = 0
         self._seq: dict[str, int] = {}  # uid -> when it entered ``pods`` (their order)
@@ -103,16 +111,16 @@ class ClusterState:
         if old == node:
             return
         if old is not None:
-            self._add_total(old.allocatable, -1)
+            self._add_node(old, -1)
         self.nodes[name] = node
-        self._add_total(node.allocatable, 1)
+        self._add_node(node, 1)
         self._stamp_node(name)
 
     def remove_node(self, name: str) -> None:
         self._given.pop(name, None)
         old = self.nodes.pop(name, None)
         if old is not None:
-            self._add_total(old.allocatable, -1)
+            self._add_node(old, -1)
             self._stamp_node(name)
             self._derived.pop(name, None)
 
@@ -393,10 +401,12 @@ class ClusterState:
         self._node_stamp.pop(name, None)  # re-inserted last: the dict stays in stamp order
         self._node_stamp[name] = self._tick()
 
-    def _add_total(self, amounts: Mapping[str, int], sign: int) -> None:
+    def _add_node(self, node: NodeInfo, sign: int) -> None:
         total = self.total_allocatable
-        for name, amount in amounts.items():
+        for name, amount in node.allocatable.items():
             total[name] = total.get(name, 0) + sign * amount
+        if GPU_CLIQUE_LABEL in node.labels:
+            self.clique_nodes += sign
 
     def _index(self, pod: PodInfo) -> None:
         self._move(pod, 1)
@@ -438,13 +448,18 @@ class ClusterState:
             _count(self._pending, key, sign)
         if ours and pod.holds_resources:
             _count(self._holding, key, sign)
+        gpus = pod.requests.get(GPU_RESOURCE, 0)
+        if gpus > 0 and ((ours and pod.awaits_placement) or pod.holds_resources):
+            _count(self.gpu_asks, gpus, sign)
+            if not pod.holds_resources:
+                _count(self.pending_gpu_asks, gpus, sign)
         if pod.node_name and pod.holds_resources and pod.terminating:
             (self._terminating.add if sign > 0 else self._terminating.discard)(uid)
         if ours and unbound_live and pod.nominated_node:
             (self._nominated.add if sign > 0 else self._nominated.discard)(uid)
 
 
-def _count(counts: dict[str, int], key: str, delta: int) -> None:
+def _count(counts: dict, key: Hashable, delta: int) -> None:
     count = counts.get(key, 0) + delta
     if count:
         counts[key] = count

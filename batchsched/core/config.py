@@ -16,6 +16,11 @@ class CoreConfig:
     max_gangs_per_cycle: int = 1000  # attempts per cycle; the rest wait a cycle
     # Node label keys naming a placement domain, smallest kind first (docs/topology.md).
     domain_labels: tuple[str, ...] = (GPU_CLIQUE_LABEL,)
+    # Node choice beside best fit (core/placement/fragmentation.py, docs/topology.md):
+    # the least fragmentation of the GPU shapes asked, and NVLink cliques'
+    # wholly free nodes kept from partial pods while a whole-node pod waits.
+    fragmentation_aware: bool = False  # off: it did not raise useful allocation (bench/RESULTS.md)
+    keep_cliques_whole: bool = True
     # A gang partly bound (some members bound by us, quorum incomplete) for
     # this long has its bound members evicted to start over (docs/binding.md).
     partial_gang_timeout: float = 300.0

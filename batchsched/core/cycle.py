@@ -29,6 +29,7 @@ from batchsched.core.dra.model import AllocatedDevice
 from batchsched.core.gangs import Gang, GangIndex, foreign_note, members_selector
 from batchsched.core.model import PodInfo, TopologyPolicy
 from batchsched.core.placement.capacity import CapacityIndex, NodeEntry, cluster_capacity, kept_index
+from batchsched.core.placement.fragmentation import node_choice
 from batchsched.core.placement.gang import Assignment, GangPlan, PlanFailure, min_resources_beyond, plan_gang
 from batchsched.core.preemption.plan import NominationHolds, NoPreemption, plan_preemption
 from batchsched.core.preemption.policy import PreemptionPolicy, PreemptionState
@@ -153,7 +154,7 @@ def schedule_cycle(snapshot: Snapshot, queue: GangQueue, config: CoreConfig = Co
     # Room nominated to preemptors waiting for their victims is theirs alone.
     holds = NominationHolds.from_snapshot(snapshot)
     withheld = holds.withheld()
-    capacity = cluster_capacity(snapshot.cluster, withheld)
+    capacity = cluster_capacity(snapshot.cluster, withheld, node_choice(snapshot.cluster, config))
     _retry_where_freed(snapshot, gangs, queue)
     _refresh_reservation(snapshot, gangs, queue, config, book)
     cluster_total = snapshot.cluster.total_allocatable

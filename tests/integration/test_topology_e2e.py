@@ -106,6 +106,24 @@ def test_a_hard_domain_gang_lands_inside_one_domain_or_not_at_all(env, start_sch
     assert not [p for p in env.bound() if p.startswith("wide-")]
 
 
+def test_a_small_pod_keeps_off_a_free_clique_while_a_whole_node_gang_waits(env, start_scheduler, captures):
+    """keepCliquesWhole (on by default): nodes alike, so without it best fit
+    ties and the first name, a clique node, would win (checked: with
+    keepCliquesWhole false the pod goes to a0)."""
+    clique = [topology_node(env, f"a{i}", captures[0], labels={constants.GPU_CLIQUE_LABEL: f"{env.id}-a"})
+              for i in range(2)]
+    outside = topology_node(env, "z", captures[0])
+    assert sorted(clique + [outside])[-1] == outside
+    env.create(pod_group("big", env.namespace, 4))  # 4 whole nodes of 3: it waits
+    for i in range(4):
+        env.create(pod(f"big-{i}", env.namespace, group="big", gpus=8, cpu="1"))
+    env.create(pod("small", env.namespace, gpus=2, cpu="1"))
+    start_scheduler()
+    wait_for("small bound", lambda: "small" in env.bound())
+    assert env.bound()["small"] == outside
+    assert not [p for p in env.bound() if p.startswith("big-")]
+
+
 def test_gpu_ids_survive_a_restart_and_a_broken_annotation_means_flat(env, start_scheduler):
     dgx = topology_node(env, "dgx1", to_annotation(parse_topo(
         (FIXTURES / "dgx1-hybrid-cube-mesh-8gpu.txt").read_text())))

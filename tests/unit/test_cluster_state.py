@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 import random
+from collections import Counter
+
+import pytest
 
 from batchsched.core import resources as res
 from batchsched.core.cluster import ClusterState
@@ -12,6 +15,7 @@ from batchsched.core.gangs import GangIndex, build_gangs
 from batchsched.core.model import TopologyPolicy
 from batchsched.core.placement.capacity import CapacityIndex, cluster_capacity, kept_index
 from batchsched.core.placement.fit import NodeFilter
+from batchsched.core.placement.fragmentation import NodeChoice, quantized_mix
 from batchsched.core.snapshot import Snapshot
 from batchsched.core.topology.accounting import room_of
 from tests.unit.helpers import group, node, pod
@@ -22,9 +26,11 @@ POLICIES = (TopologyPolicy(), TopologyPolicy(gpu_link="require-nvlink"), Topolog
 
 
 def random_node(rng: random.Random, name: str):
+    zone = rng.choice("ab")
+    labels = {"zone": zone, **({"nvidia.com/gpu.clique": "c1"} if zone == "a" else {})}
     if rng.random() < 0.5:
-        return topology_node(name, DGX1, labels={"zone": rng.choice("ab")})
-    return node(name, cpu="64", memory="256Gi", gpu=rng.choice((4, 8)), labels={"zone": rng.choice("ab")},
+        return topology_node(name, DGX1, labels=labels)
+    return node(name, cpu="64", memory="256Gi", gpu=rng.choice((4, 8)), labels=labels,
                 unschedulable=rng.random() < 0.1)
 
 
@@ -89,6 +95,12 @@ def test_indexes_match_a_scan_of_every_pod_after_random_changes():
             for k in {k for n in state.nodes.values() for k in n.allocatable}} | {
             k: v for k, v in state.total_allocatable.items() if v == 0}
         assert state.changed_since(mark) == []
+        asks = Counter(p.requests["nvidia.com/gpu"] for p in state.pods.values() if p.requests.get("nvidia.com/gpu")
+                       and ((p.scheduler_name == "batchsched" and p.awaits_placement) or p.holds_resources))
+        assert state.gpu_asks == asks
+        assert state.pending_gpu_asks == Counter(p.requests.get("nvidia.com/gpu", 0) for p in ours
+                                                 if p.awaits_placement and p.requests.get("nvidia.com/gpu"))
+        assert state.clique_nodes == sum("nvidia.com/gpu.clique" in n.labels for n in state.nodes.values())
 
 
 def heap_order(view) -> list[tuple]:
@@ -97,13 +109,14 @@ def heap_order(view) -> list[tuple]:
     return sorted(e[:2] for e in view._heap if e[2] == versions.get(e[1], 0))
 
 
-def fresh_index(state: ClusterState, withheld) -> CapacityIndex:
+def fresh_index(state: ClusterState, withheld, choice: NodeChoice | None = None) -> CapacityIndex:
     free = {n: res.subtract(state.free(n), withheld[n]) if n in withheld else state.free(n) for n in state.nodes}
     rooms = {n: r for n in state.nodes if (r := state.room(n)) is not None}
-    return CapacityIndex(state.nodes, free, NodeFilter(state.nodes), rooms=rooms)
+    return CapacityIndex(state.nodes, free, NodeFilter(state.nodes), rooms=rooms, choice=choice)
 
 
-def test_the_kept_capacity_index_equals_a_fresh_one_after_random_changes_and_commits():
+@pytest.mark.parametrize("with_choice", [False, True], ids=["best-fit", "fragmentation-and-cliques"])
+def test_the_kept_capacity_index_equals_a_fresh_one_after_random_changes_and_commits(with_choice):
     rng = random.Random(11)
     state = ClusterState("batchsched")
     shapes = [pod(f"shape{g}", cpu=2, memory="8Gi", gpu=g) for g in (1, 2, 4)] + [
@@ -114,8 +127,11 @@ def test_the_kept_capacity_index_equals_a_fresh_one_after_random_changes_and_com
             continue
         names = sorted(state.nodes)
         withheld = {n: {"cpu": 1000} for n in rng.sample(names, min(2, len(names)))}
-        kept = cluster_capacity(state, withheld)
-        fresh = fresh_index(state, withheld)
+        # the choice as node_choice makes it: from the cluster's asks, so it changes as they do
+        choice = NodeChoice(quantized_mix(state.gpu_asks), max(state.pending_gpu_asks, default=0)) \
+            if with_choice else None
+        kept = cluster_capacity(state, withheld, choice)
+        fresh = fresh_index(state, withheld, choice)
         for shape in shapes:
             for policy in POLICIES:
                 a, b = kept.view(shape, policy), fresh.view(shape, policy)

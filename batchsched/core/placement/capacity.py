@@ -17,7 +17,9 @@ GPU pods also get GPU ids (``gpus.pick_gpus``): beside the free map the index
 keeps each node's ``GpuRoom`` (free ids, NUMA cpu and memory), and a node
 fits a shape only if a GPU set satisfying the gang's topology policy is
 free there.  Views are per (shape, policy), and their scores put that set's
-quality before packing.
+quality before packing.  With a ``NodeChoice`` (``fragmentation``) the
+score weighs, between the two, the fragmentation a placement adds for the
+GPU shapes asked and whether it opens a whole clique node.
 """
 from __future__ import annotations
 
@@ -33,6 +35,7 @@ from batchsched.core.placement.fit import (
     REASON_NOT_READY, REASON_RESERVED, REASON_UNSCHEDULABLE, NodeFilter, placement_key, resource_reasons,
     static_reasons,
 )
+from batchsched.core.placement.fragmentation import NodeChoice
 from batchsched.core.placement.gpus import GpuPick, in_dra_terms, pick_gpus, static_reason
 from batchsched.core.resources import Resources
 from batchsched.core.topology.accounting import GpuRoom, gpu_id_count, room_of, topology_of
@@ -111,9 +114,12 @@ class ShapeView:
         pick = pick_gpus(node, room, self.request, self.policy, self._pod.device_demand)
         return in_dra_terms(node, [pick], self.request) if isinstance(pick, str) else pick
 
-    def score(self, name: str, free: Mapping[str, int], pick: GpuPick) -> tuple:
-        return (pick.quality + pack_score(self._index.nodes[name], self.request, free)
-                + self._index.tiebreak.get(name, ()))
+    def score(self, name: str, free: Mapping[str, int], pick: GpuPick, room: GpuRoom | None) -> tuple:
+        """Node ``name``'s score for a pod of this shape taking ``pick``
+        there, where ``free`` and ``room`` are left now."""
+        index, node = self._index, self._index.nodes[name]
+        chosen = index.choice.score(node, self.request, free, room, pick.gpus) if index.choice is not None else ()
+        return pick.quality + chosen + pack_score(node, self.request, free) + index.tiebreak.get(name, ())
 
     def peek(self, *unusable: Collection[str]) -> Entry | None:
         """The best node that fits the index's free map and is in none of ``unusable``."""
@@ -201,9 +207,10 @@ class ShapeView:
             self._short_counts.subtract(short)
         index = self._index
         free = index.free.get(name, {})
-        pick = self.pick(name, free, index.rooms.get(name))
+        room = index.rooms.get(name)
+        pick = self.pick(name, free, room)
         if isinstance(pick, GpuPick):
-            entry = (self.score(name, free, pick), name, index.versions.get(name, 0))
+            entry = (self.score(name, free, pick, room), name, index.versions.get(name, 0))
             if push:
                 heapq.heappush(self._heap, entry)
             else:
@@ -259,6 +266,8 @@ class CapacityIndex:
     (entries are replaced, never changed in place, so they may be shared).
     Without ``rooms`` no GPU ids are tracked or chosen.  ``tiebreak`` ranks
     nodes that score the same (lower first) before their names do.
+    ``choice`` adds fragmentation and clique terms to node scores (None:
+    set quality, then best fit).
 
     An index over fixed inputs (the reservation's "as if drained" picture)
     is built and dropped within a cycle; the cluster's own index lives
@@ -268,8 +277,9 @@ class CapacityIndex:
 
     def __init__(self, nodes: Mapping[str, NodeInfo], free: dict[str, Resources],
                  node_filter: NodeFilter | None = None, tiebreak: Mapping[str, tuple] | None = None,
-                 rooms: dict[str, GpuRoom] | None = None):
+                 rooms: dict[str, GpuRoom] | None = None, choice: NodeChoice | None = None):
         self.nodes = nodes
+        self.choice = choice
         self.free = free
         self.rooms = rooms if rooms is not None else {}
         self.node_filter = node_filter or NodeFilter(nodes)
@@ -340,20 +350,23 @@ VIEW_IDLE_SYNCS = 32
 NodeEntry = tuple[Resources, GpuRoom | None, tuple]
 
 
-def cluster_capacity(cluster: ClusterState, withheld: Mapping[str, Resources]) -> CapacityIndex:
+def cluster_capacity(cluster: ClusterState, withheld: Mapping[str, Resources],
+                     choice: NodeChoice | None = None) -> CapacityIndex:
     """The cluster's capacity index for this cycle: every node's free
-    resources less ``withheld``, and its GPU room (see ``kept_index``)."""
+    resources less ``withheld``, and its GPU room (see ``kept_index``),
+    scored with ``choice`` (a new choice rebuilds it)."""
     withheld_before = cluster.caches.get("withheld", {})
     cluster.caches["withheld"] = dict(withheld)
-    return kept_index(cluster, "capacity", None,
+    return kept_index(cluster, "capacity", choice,
                       lambda name: (_less(cluster.free(name), withheld.get(name)), cluster.room(name), ()),
-                      also_changed=withheld_before.keys() | withheld.keys())
+                      also_changed=withheld_before.keys() | withheld.keys(), choice=choice)
 
 
 def kept_index(cluster: ClusterState, slot: str, key: Hashable, entry: Callable[[str], NodeEntry],
-               also_changed: Collection[str] = ()) -> CapacityIndex:
+               also_changed: Collection[str] = (), choice: NodeChoice | None = None) -> CapacityIndex:
     """A capacity index over the cluster's nodes, ``entry(name)`` giving
-    each node's free resources, room and tiebreak.
+    each node's free resources, room and tiebreak, scored with ``choice``
+    (which ``key`` must determine).
 
     Kept in ``cluster.caches[slot]`` across cycles while ``key`` is the
     same; each call resets only the nodes whose entry may differ from the
@@ -374,7 +387,7 @@ def kept_index(cluster: ClusterState, slot: str, key: Hashable, entry: Callable[
                 rooms[name] = room
             if tie:
                 tiebreak[name] = tie
-        index = CapacityIndex(seen, free, NodeFilter(seen), tiebreak=tiebreak, rooms=rooms)
+        index = CapacityIndex(seen, free, NodeFilter(seen), tiebreak=tiebreak, rooms=rooms, choice=choice)
     else:
         _, index, mark = cached
         changed = set(cluster.changed_since(mark))

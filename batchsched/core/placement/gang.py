@@ -140,7 +140,7 @@ def _attempt(shapes: Sequence[_Shape], capacity: CapacityIndex, reserved: Collec
         for name, free in taken.items():
             pick = view.pick(name, free, room(name)) if name in view.feasible else None
             if isinstance(pick, GpuPick):
-                local.append((view.score(name, free, pick), name))
+                local.append((view.score(name, free, pick, room(name)), name))
         heapq.heapify(local)
         for i, pod in enumerate(shape.pods):
             shared = view.peek(reserved, outside, taken)
@@ -163,7 +163,7 @@ def _attempt(shapes: Sequence[_Shape], capacity: CapacityIndex, reserved: Collec
             trial.placed.append(Assignment(pod, name, pick.gpus))
             pick = view.pick(name, left, room(name))
             if isinstance(pick, GpuPick):
-                heapq.heappush(local, (view.score(name, left, pick), name))
+                heapq.heappush(local, (view.score(name, left, pick, room(name)), name))
     for shape in shapes:
         shape.view.restore()
     return trial
