@@ -694,8 +694,9 @@ class ClusterCache:
         namespace, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
         try:
             spec = _OWNER_READERS[source](obj)
-        except ValueError as exc:
-            spec = clip(str(exc), MAX_PROBLEM_LENGTH)
+        except Exception as exc:  # noqa: BLE001 - whatever it holds, only this owner's gang is refused
+            why = str(exc) if isinstance(exc, ValueError) else f"{type(exc).__name__}: {exc}"
+            spec = clip(why, MAX_PROBLEM_LENGTH)
         if spec is None:
             return None
         api = gangsources.SOURCES[source]

@@ -309,6 +309,9 @@ def test_jobset_gangs_are_opt_in_per_template_or_by_config(mode, label, grouped)
      "spec.replicatedJobs[0].template.spec.parallelism: a count"),
     ({"replicatedJobs": [{"replicas": 1}]}, "spec.replicatedJobs[0]: a name expected"),
     ({"replicatedJobs": ["x"]}, "spec.replicatedJobs[0]: a name expected"),
+    ({"replicatedJobs": [{"name": "a", "template": {"spec": 5}}]},
+     "spec.replicatedJobs[0].template.spec: a mapping expected"),
+    (True, "spec: a mapping expected"),
 ])
 def test_a_jobset_that_makes_no_sense_keeps_its_pods_waiting_and_says_why(spec, why):
     js = listed_jobset()

@@ -15,7 +15,9 @@ from batchsched.api import constants
 from batchsched.config import ConfigError, SchedulerConfig, validate_config
 from batchsched.core import resources as res
 from batchsched.core.cycle import REASON_SCHEDULED, schedule_cycle
-from batchsched.core.model import group_from_json, node_from_json
+from batchsched.core import gangsources
+from batchsched.core.gangsources import AUTO_GANG_LABEL, jobsets
+from batchsched.core.model import group_from_json, node_from_json, pod_from_json
 from batchsched.core.queueing.queue import GangQueue
 from batchsched.core.topology.annotation import from_annotation, to_document
 from batchsched.core.topology.model import TopologyError
@@ -190,6 +192,49 @@ def test_a_cycle_over_hostile_podgroups_never_raises_and_schedules_the_good_gang
     plan = schedule_cycle(snap, GangQueue())
     assert plan.verdicts["default/good"].reason == REASON_SCHEDULED
     assert {b.pod_name for b in plan.bindings} >= {"good-0", "good-1"}
+
+
+# ---- owners of automatic gangs, and what framework pods state -----------------------------
+
+replicated_job = st.fixed_dictionaries({}, optional={
+    "name": st.text(max_size=300) | json_scalars,
+    "replicas": st.integers(-5, 2**40) | json_scalars,
+    "dependsOn": json_values,
+    "template": st.fixed_dictionaries({}, optional={"spec": st.fixed_dictionaries({}, optional={
+        "parallelism": st.integers(-5, 2**40) | json_scalars,
+        "completions": st.integers(-5, 2**40) | json_scalars}) | json_values}) | json_values,
+}) | json_values
+jobset_specs = st.fixed_dictionaries({}, optional={
+    "replicatedJobs": st.lists(replicated_job, max_size=70) | json_values,
+    "startupPolicy": st.fixed_dictionaries({}, optional={"startupPolicyOrder": json_scalars}) | json_values,
+}) | json_values
+
+
+@FUZZ
+@given(jobset_specs)
+def test_a_jobset_sizes_its_gang_or_is_refused_with_a_value_error(spec):
+    obj = {"metadata": {"name": "js", "namespace": "default", "creationTimestamp": stamp(0)}, "spec": spec}
+    try:
+        read = quickly(jobsets.group_from_json, obj)
+    except ValueError:
+        return
+    assert 1 <= read.min_member <= gangsources.MAX_TOTAL_COUNT
+    assert all(isinstance(name, str) and 0 <= size <= gangsources.MAX_TOTAL_COUNT for name, size in read.stages)
+
+
+@FUZZ
+@given(st.dictionaries(st.sampled_from([gangsources.VOLCANO_TASK_ANNOTATION, constants.CHECKPOINT_TIME_ANNOTATION,
+                                        "scheduling.k8s.io/group-name", "x"]),
+                       st.text(max_size=400) | st.sampled_from(["2024-01-01T00:00:00Z", "9999-12-31T23:59:59Z",
+                                                               "2024-13-45T99:99:99Z"]), max_size=4),
+       st.dictionaries(st.sampled_from(["jobset.sigs.k8s.io/jobset-name", "jobset.sigs.k8s.io/replicatedjob-name",
+                                        AUTO_GANG_LABEL]), st.text(max_size=300), max_size=3))
+def test_a_pod_with_any_framework_annotations_converts(annotations, labels):
+    pod = {"metadata": {"name": "p", "namespace": "default", "uid": "u", "annotations": annotations,
+                        "labels": labels, "creationTimestamp": stamp(0)},
+           "spec": {"schedulerName": "batchsched", "containers": []}}
+    info = pod_from_json(pod, frozenset(gangsources.PRECEDENCE))
+    assert len(info.task) <= gangsources.MAX_GROUP_NAME and len(info.group) <= gangsources.MAX_GROUP_NAME
 
 
 # ---- configuration ---------------------------------------------------------------------

@@ -32,7 +32,9 @@ def group_from_json(obj: Mapping[str, Any]) -> GroupSpec:
     """The gang of a JobSet.  Raises ValueError for a spec the JobSet API
     would not take (its CRD validates it; this guards a laxer one)."""
     meta = obj.get("metadata") or {}
-    spec = obj.get("spec") or {}
+    spec = obj.get("spec")
+    if not isinstance(spec, dict):
+        raise ValueError("spec: a mapping expected")
     replicated = spec.get("replicatedJobs")
     if not isinstance(replicated, list) or not 1 <= len(replicated) <= MAX_REPLICATED_JOBS:
         raise ValueError(f"spec.replicatedJobs: 1 to {MAX_REPLICATED_JOBS} entries expected")
@@ -63,7 +65,11 @@ def started(spec: GroupSpec, members: Iterable[PodInfo]) -> GroupSpec:
 def _stage(index: int, job: Any) -> tuple[str, int]:
     if not isinstance(job, dict) or not isinstance(job.get("name"), str):
         raise ValueError(f"spec.replicatedJobs[{index}]: a name expected")
-    template = ((job.get("template") or {}).get("spec") or {}) if isinstance(job.get("template"), dict) else {}
+    template = job.get("template")
+    template = template.get("spec") if isinstance(template, dict) else None
+    if template is not None and not isinstance(template, dict):
+        raise ValueError(f"spec.replicatedJobs[{index}].template.spec: a mapping expected")
+    template = template or {}
     parallelism = _count(template.get("parallelism"), 1, f"spec.replicatedJobs[{index}].template.spec.parallelism")
     completions = _count(template.get("completions"), parallelism,
                          f"spec.replicatedJobs[{index}].template.spec.completions")
