@@ -8,6 +8,7 @@ import random
 
 from batchsched.core import resources as res
 from batchsched.core.cluster import ClusterState
+from batchsched.core.cycle import _drained_entry, drained_index
 from batchsched.core.gangs import GangIndex, build_gangs
 from batchsched.core.model import TopologyPolicy
 from batchsched.core.placement.capacity import CapacityIndex, cluster_capacity, kept_index
@@ -192,3 +193,54 @@ def test_an_equal_node_keeps_the_held_object_and_changes_nothing():
     assert state.nodes["n"] is held and state.changed_since(mark) == []
     state.put_node(node("n", gpu=4))
     assert state.nodes["n"].allocatable["nvidia.com/gpu"] == 4 and state.changed_since(mark) == ["n"]
+
+
+def test_the_drained_index_shared_by_every_head_equals_a_fresh_one():
+    """The reservation's "as if drained" index is kept across cycles and
+    heads: after random changes, another head (of another priority), and
+    runtime hints that change, it equals one built from scratch."""
+    rng = random.Random(3)
+    state = ClusterState("batchsched")
+    shape = pod("shape", cpu=2, memory="8Gi", gpu=2)
+    gang_names = ("g1", "g2", "g3", "g4")
+    priorities = {"g1": 0, "g2": 0, "g3": 100, "g4": 1000}
+    heads_seen: set[str] = set()
+    for step in range(500):
+        names = sorted(state.nodes)
+        if len(names) < 8 or rng.random() < 0.05:
+            state.put_node(random_node(rng, f"n{rng.randrange(12)}"))
+            continue
+        if rng.random() < 0.2 and state.pods:
+            state.remove_pod(rng.choice(sorted(state.pods)))
+        else:
+            name = rng.choice(gang_names)
+            gpu = rng.choice((1, 2, 4))
+            bound = rng.random() < 0.7
+            state.put_pod(pod(f"p{step}", cpu=1, memory="8Gi", gpu=gpu, group=name, priority=priorities[name],
+                              node_name=rng.choice(names) if bound else None,
+                              phase="Running" if bound else "Pending", started=float(step) if bound else None,
+                              restart_policy=rng.choice(("Never", "OnFailure", None)),
+                              gpu_ids=",".join(map(str, rng.sample(range(8), gpu))) if bound else None))
+        if step % 5:
+            continue
+        groups = {f"default/{g}": group(g, expected_runtime=rng.choice((None, 100, 300))) for g in gang_names}
+        snapshot = Snapshot.of(state, groups, float(step))
+        gangs = GangIndex(snapshot)
+        heads = [k for k in gangs if gangs[k].pending]
+        if not heads:
+            continue
+        head = gangs[rng.choice(heads)]
+        heads_seen.add(head.key)
+        kept, draining = drained_index(snapshot, gangs, head)
+        entry = _drained_entry(snapshot, draining)
+        free, rooms, tiebreak = {}, {}, {}
+        for name in state.nodes:
+            free[name], room, tiebreak[name] = entry(name)
+            if room is not None:
+                rooms[name] = room
+        fresh = CapacityIndex(state.nodes, free, NodeFilter(state.nodes), tiebreak=tiebreak, rooms=rooms)
+        for policy in POLICIES:
+            a, b = kept.view(shape, policy), fresh.view(shape, policy)
+            assert heap_order(a) == heap_order(b), (step, head.key, policy)
+            assert a.reason_counts((), {}, {}) == b.reason_counts((), {}, {})
+    assert len(heads_seen) == len(gang_names)  # the index did serve every head
