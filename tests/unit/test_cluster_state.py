@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import random
 
+from batchsched.api.constants import TOPOLOGY_MANAGER_POLICY_LABEL
 from batchsched.core import resources as res
 from batchsched.core.cluster import ClusterState
 from batchsched.core.cycle import _drained_entry, drained_index
@@ -244,3 +245,38 @@ def test_the_drained_index_shared_by_every_head_equals_a_fresh_one():
             assert heap_order(a) == heap_order(b), (step, head.key, policy)
             assert a.reason_counts((), {}, {}) == b.reason_counts((), {}, {})
     assert len(heads_seen) == len(gang_names)  # the index did serve every head
+
+
+def test_a_shape_view_answers_alike_nodes_from_one_pick_as_a_fresh_view_would():
+    """ShapeView.pick keeps its answers per kind of node, free amounts and
+    GPU room: every answer equals a fresh view's, on nodes of two boards and
+    flat ones, empty and used, under each policy."""
+    rng = random.Random(13)
+    plain = topology_node("plain", DGX1)
+    # the same board object, under a Topology Manager policy of one NUMA node
+    single = dataclasses.replace(plain, name="single", labels={TOPOLOGY_MANAGER_POLICY_LABEL: "single-numa-node"})
+    nodes = [random_node(rng, f"n{i}") for i in range(12)] + [plain, single]
+    state = ClusterState("batchsched", nodes)
+    shape = pod("shape", cpu=20, memory="8Gi", gpu=2)  # a NUMA node's cpu may run short
+    # The same GPUs and cpu used, NUMA by NUMA otherwise: different answers.
+    uses = [[pod(f"u{gpu}", cpu=cpu, memory="8Gi", gpu=1, node_name="single", phase="Running", gpu_ids=str(gpu))
+             for gpu, cpu in zip((0, 7), cpus)] for cpus in ((20, 1), (1, 20))]
+    view = CapacityIndex(state.nodes, {}, NodeFilter(state.nodes)).view(shape)
+    free = res.subtract(single.allocatable, {"cpu": 21000, "nvidia.com/gpu": 2})
+    answers = [view.pick(name, free, room_of(single, used)) for used in uses for name in ("single", "plain")]
+    assert answers[0].gpus != answers[2].gpus and answers[0] != answers[1], answers
+    for policy in POLICIES + (TopologyPolicy(rdma=True),):
+        kept = CapacityIndex(state.nodes, {n: state.free(n) for n in state.nodes}, NodeFilter(state.nodes),
+                             rooms={n: r for n in state.nodes if (r := state.room(n)) is not None})
+        view, asked = kept.view(shape, policy), 0
+        for _ in range(300):
+            name = rng.choice(sorted(state.nodes))
+            holding = [pod(f"h{k}", cpu=rng.choice((1, 8)), memory="8Gi", gpu=1, node_name=name, phase="Running",
+                           gpu_ids=str(k)) for k in rng.sample(range(8), rng.randrange(8))]
+            free = res.subtract(state.nodes[name].allocatable,
+                                {"cpu": sum(p.requests["cpu"] for p in holding), "nvidia.com/gpu": len(holding)})
+            room = room_of(state.nodes[name], holding) if name in kept.rooms else None
+            fresh = CapacityIndex(state.nodes, dict(kept.free), NodeFilter(state.nodes), rooms=dict(kept.rooms))
+            assert view.pick(name, free, room) == fresh.view(shape, policy).pick(name, free, room), (name, policy)
+            asked += 1
+        assert len(view._picks) < asked  # alike nodes did share answers

@@ -38,6 +38,9 @@ from batchsched.core.resources import Resources
 from batchsched.core.topology.accounting import GpuRoom, gpu_id_count, room_of, topology_of
 
 Entry = tuple[tuple, str, int]  # (score, node name, node version)
+# Answers of ShapeView.pick kept per view; past this many (free amounts
+# that vary a lot) they are dropped and kept afresh.
+PICKS_KEPT = 4096
 # Static reasons a node may lose soon (uncordoned, ready again): its room
 # still counts for a gang that could never fit (gang.never_fits).
 PASSING_REASONS = frozenset({REASON_UNSCHEDULABLE, REASON_NOT_READY})
@@ -81,6 +84,7 @@ class ShapeView:
         self._too_small: dict[str, list[str]] = {}  # node -> what it lacks for one even empty
         self.too_small_counts: Counter = Counter()
         self._refusals: dict[tuple, tuple] = {}  # board facts -> (its topology, _refusal_when_free)
+        self._picks: dict[tuple, tuple] = {}  # _pick_key -> (its topology, pick's answer)
         for name, reason in verdict.rejected.items():
             if reason in PASSING_REASONS:
                 self._file_empty(name)
@@ -106,10 +110,34 @@ class ShapeView:
     def pick(self, name: str, free: Mapping[str, int], room: GpuRoom | None) -> GpuPick | list[str]:
         """The GPUs a pod of this shape gets on node ``name``, or why it does not fit."""
         node = self._index.nodes[name]
+        key = self._pick_key(node, free, room)
+        known = self._picks.get(key) if key is not None else None
+        if known is not None and known[0] is topology_of(node):
+            return known[1]
         if not self.fits(free):
-            return in_dra_terms(node, resource_reasons(self.request, free), self.request)
-        pick = pick_gpus(node, room, self.request, self.policy, self._pod.device_demand)
-        return in_dra_terms(node, [pick], self.request) if isinstance(pick, str) else pick
+            pick = in_dra_terms(node, resource_reasons(self.request, free), self.request)
+        else:
+            pick = pick_gpus(node, room, self.request, self.policy, self._pod.device_demand)
+            pick = in_dra_terms(node, [pick], self.request) if isinstance(pick, str) else pick
+        if key is not None:
+            if len(self._picks) >= PICKS_KEPT:
+                self._picks.clear()
+            self._picks[key] = (topology_of(node), pick)
+        return pick
+
+    def _pick_key(self, node: NodeInfo, free: Mapping[str, int], room: GpuRoom | None) -> tuple | None:
+        """What ``pick`` depends on, so that nodes alike (most nodes of a
+        board, empty or equally used) share one answer: the board (its
+        topology, checked by identity on a hit) and Topology Manager
+        policy, what is free of the resources the shape asks, and the GPU
+        room.  None (not kept) where DRA or the pod's claims are involved:
+        the answer depends on the node's devices then."""
+        if node.dra is not None or self._pod.device_demand is not None:
+            return None
+        numa = tuple((n, tuple(left.items())) for n, left in room.numa_free.items()) if room is not None else None
+        return (id(topology_of(node)), node.labels.get(TOPOLOGY_MANAGER_POLICY_LABEL),
+                tuple(free.get(resource, 0) for resource, _ in self._wanted),
+                room.free if room is not None else None, numa)
 
     def score(self, name: str, free: Mapping[str, int], pick: GpuPick) -> tuple:
         return (pick.quality + pack_score(self._index.nodes[name], self.request, free)
