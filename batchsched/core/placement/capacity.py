@@ -60,7 +60,15 @@ def pack_score(node: NodeInfo, request: Mapping[str, int], free: Mapping[str, in
 
 
 def shape_key(pod: PodInfo) -> tuple:
-    return (placement_key(pod), tuple(sorted(pod.requests.items())))
+    """Pods with equal keys are placed alike.  Computed once per pod object
+    (frozen: a changed pod is a new object) and kept in its ``__dict__``
+    (not a field: equality, repr and ``replace`` are unaffected); a gang's
+    pods are asked at each of its attempts."""
+    key = pod.__dict__.get("_shape_key")
+    if key is None:
+        key = (placement_key(pod), tuple(sorted(pod.requests.items())))
+        pod.__dict__["_shape_key"] = key
+    return key
 
 
 class ShapeView:
@@ -74,6 +82,7 @@ class ShapeView:
         self.policy = policy
         self.last_used = index.generation
         self._wanted = tuple(self.request.items())
+        self._asked = tuple(self.request)
         verdict = index.node_filter.evaluate(pod)
         self._static: dict[str, str] = dict(verdict.rejected)  # node -> why it never fits this shape
         self._static_counts = Counter(verdict.rejected.values())
@@ -134,10 +143,8 @@ class ShapeView:
         the answer depends on the node's devices then."""
         if node.dra is not None or self._pod.device_demand is not None:
             return None
-        numa = tuple((n, tuple(left.items())) for n, left in room.numa_free.items()) if room is not None else None
         return (id(topology_of(node)), node.labels.get(TOPOLOGY_MANAGER_POLICY_LABEL),
-                tuple(free.get(resource, 0) for resource, _ in self._wanted),
-                room.free if room is not None else None, numa)
+                tuple([free.get(resource, 0) for resource in self._asked]), room.key if room is not None else None)
 
     def score(self, name: str, free: Mapping[str, int], pick: GpuPick) -> tuple:
         return (pick.quality + pack_score(self._index.nodes[name], self.request, free)
