@@ -131,6 +131,23 @@ def test_the_kept_capacity_index_equals_a_fresh_one_after_random_changes_and_com
             kept.commit({target: {"cpu": 0}})
 
 
+def index_of_entries(state: ClusterState, entry) -> CapacityIndex:
+    """An index built from scratch over every node's ``entry``."""
+    free, rooms, tiebreak = {}, {}, {}
+    for name in state.nodes:
+        free[name], room, tiebreak[name] = entry(name)
+        if room is not None:
+            rooms[name] = room
+    return CapacityIndex(state.nodes, free, NodeFilter(state.nodes), tiebreak=tiebreak, rooms=rooms)
+
+
+def assert_views_equal(kept: CapacityIndex, fresh: CapacityIndex, shape, where) -> None:
+    for policy in POLICIES:
+        a, b = kept.view(shape, policy), fresh.view(shape, policy)
+        assert heap_order(a) == heap_order(b), (where, policy)
+        assert a.reason_counts((), {}, {}) == b.reason_counts((), {}, {})
+
+
 def test_a_kept_index_with_tiebreaks_and_a_key_equals_a_fresh_one():
     """As the reservation's "as if drained" index: entries with a tiebreak,
     rebuilt when the key changes, reset from changed nodes otherwise."""
@@ -155,16 +172,7 @@ def test_a_kept_index_with_tiebreaks_and_a_key_equals_a_fresh_one():
         drained_gang = rng.choice(("default/g1", "default/g2"))
         entry = entry_for(drained_gang)
         kept = kept_index(state, "drained", drained_gang, entry)
-        free, rooms, tiebreak = {}, {}, {}
-        for name in state.nodes:
-            free[name], room, tiebreak[name] = entry(name)
-            if room is not None:
-                rooms[name] = room
-        fresh = CapacityIndex(state.nodes, free, NodeFilter(state.nodes), tiebreak=tiebreak, rooms=rooms)
-        for policy in POLICIES:
-            a, b = kept.view(shape, policy), fresh.view(shape, policy)
-            assert heap_order(a) == heap_order(b), (step, policy)
-            assert a.reason_counts((), {}, {}) == b.reason_counts((), {}, {})
+        assert_views_equal(kept, index_of_entries(state, entry), shape, step)
         if state.nodes and rng.random() < 0.5:
             kept.commit({rng.choice(sorted(state.nodes)): {"cpu": 0}})
 
@@ -233,17 +241,8 @@ def test_the_drained_index_shared_by_every_head_equals_a_fresh_one():
         head = gangs[rng.choice(heads)]
         heads_seen.add(head.key)
         kept, draining = drained_index(snapshot, gangs, head)
-        entry = _drained_entry(snapshot, draining)
-        free, rooms, tiebreak = {}, {}, {}
-        for name in state.nodes:
-            free[name], room, tiebreak[name] = entry(name)
-            if room is not None:
-                rooms[name] = room
-        fresh = CapacityIndex(state.nodes, free, NodeFilter(state.nodes), tiebreak=tiebreak, rooms=rooms)
-        for policy in POLICIES:
-            a, b = kept.view(shape, policy), fresh.view(shape, policy)
-            assert heap_order(a) == heap_order(b), (step, head.key, policy)
-            assert a.reason_counts((), {}, {}) == b.reason_counts((), {}, {})
+        assert_views_equal(kept, index_of_entries(state, _drained_entry(snapshot, draining)), shape,
+                           (step, head.key))
     assert len(heads_seen) == len(gang_names)  # the index did serve every head
 
 
