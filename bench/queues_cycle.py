@@ -30,8 +30,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from batchsched.core.queues.model import QueueInfo, queue_from_json  # noqa: E402
 from batchsched.sim.cluster import build_nodes  # noqa: E402
 from batchsched.sim.engine import Simulation  # noqa: E402
-from batchsched.sim.policies import BatchschedPolicy  # noqa: E402
-from throughput_core import cluster, measure, workload  # noqa: E402
+from throughput_core import CountingPolicy, cluster, measure, workload  # noqa: E402
 
 GPU = "nvidia.com/gpu"
 
@@ -50,7 +49,7 @@ def queues(count: int, gpus: int) -> dict[str, QueueInfo]:
 def run(nodes: int, jobs, with_queues: int, settle: bool = False) -> dict:
     if with_queues:
         jobs = [dataclasses.replace(job, queue=f"team-{i % with_queues}") for i, job in enumerate(jobs)]
-    simulation = Simulation(build_nodes(cluster(nodes)), jobs, BatchschedPolicy())
+    simulation = Simulation(build_nodes(cluster(nodes)), jobs, CountingPolicy())
     if with_queues:
         simulation.cluster.queues = queues(with_queues, 8 * nodes)
     return measure(nodes, jobs, settle, simulation, phase=f"{with_queues} queues, {nodes} nodes")

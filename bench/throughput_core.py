@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/throughput_core.py [--nodes 500,5000,10000] [--pods 10000]
                                               [--arrival-seconds 500] [--seed 1] [--profile NODES]
-                                              [--settle-heap] [--config FILE]
+                                              [--settle-heap] [--config FILE] [--slowest N]
 
 For each cluster size: NODES x 8 GPUs (the four built-in 8-GPU boards in
 turn, each node carrying its gpu-topology annotation) and the same 10,000
@@ -27,7 +27,9 @@ does what ``batchsched run`` does once its caches sync (``gc.freeze()`` and
 higher collector thresholds, batchsched/shell/heap.py) after building each
 cluster, and undoes it after the run; without it the collector runs with
 Python's defaults.  ``--config FILE``: batchsched's scheduler config (as
-for ``batchsched run``; default: the defaults).
+for ``batchsched run``; default: the defaults).  ``--slowest N`` lists each
+size's N slowest cycles (the nearest-rank p99 of ~117 burst cycles is the
+second slowest) with when they ran and how many pods each placed.
 """
 from __future__ import annotations
 
@@ -89,11 +91,24 @@ def offered_load(jobs: list[Job], nodes: int) -> float:
     return sum(j.pods * j.gpus * j.duration for j in jobs) / (8 * nodes * max(window, 1.0))
 
 
+class CountingPolicy(BatchschedPolicy):
+    """The batchsched policy, noting when each cycle ran and what it placed."""
+
+    def __init__(self, config: SchedulerConfig = SchedulerConfig()):
+        super().__init__(config)
+        self.cycles: list[tuple[float, int]] = []  # (simulated time, pods placed)
+
+    def cycle(self, cluster, now):
+        plan = super().cycle(cluster, now)
+        self.cycles.append((now, len(plan.bindings)))
+        return plan
+
+
 def measure(nodes: int, jobs: list[Job], settle: bool = False, simulation: Simulation | None = None,
             phase: str = "", config: SchedulerConfig = SchedulerConfig()) -> dict:
-    """``summary`` of the run (of ``simulation`` when given, else one over ``jobs`` under ``config``), its
-    progress named ``phase``."""
-    simulation = simulation or Simulation(build_nodes(cluster(nodes)), jobs, BatchschedPolicy(config))
+    """``summary`` of the run (of ``simulation``, whose policy is a CountingPolicy, when given, else one over
+    ``jobs`` under ``config``), its progress named ``phase``."""
+    simulation = simulation or Simulation(build_nodes(cluster(nodes)), jobs, CountingPolicy(config))
     if settle:  # as the scheduler process does once its caches sync
         settle_heap()
     try:
@@ -116,7 +131,8 @@ def summary(nodes: int, simulation: Simulation, phase: str = "") -> dict:
     return {"nodes": nodes, "cycles": len(cycles), "placed": placed, "core": core, "wall": wall,
             "rate": placed / core if core else 0.0, "p50": 1000 * percentile(cycles, 50),
             "p99": 1000 * percentile(cycles, 99), "max": 1000 * max(cycles, default=0.0),
-            "started": result.jobs_started, "jobs": result.jobs}
+            "started": result.jobs_started, "jobs": result.jobs,
+            "slowest": sorted(zip(cycles, simulation.policy.cycles), reverse=True)}
 
 
 def main() -> int:
@@ -126,6 +142,8 @@ def main() -> int:
     parser.add_argument("--arrival-seconds", type=float, default=500.0)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--profile", type=int, metavar="NODES", help="profile this size instead")
+    parser.add_argument("--slowest", type=int, default=0, metavar="N",
+                        help="list each size's N slowest cycles: simulated time, ms, pods placed")
     parser.add_argument("--settle-heap", action="store_true",
                         help="once the cluster is built, gc.freeze() and raise the collector's thresholds, "
                              "as `batchsched run` does after its caches sync (batchsched/shell/heap.py)")
@@ -153,6 +171,10 @@ def main() -> int:
               f"{m['started']}/{m['jobs']} | "
               f"{m['core']:.1f} | {m['rate']:.0f} | {m['p50']:.1f} | {m['p99']:.1f} | {m['max']:.1f} | "
               f"{m['wall']:.1f} |", flush=True)
+        if args.slowest:
+            print(f"#   slowest cycles at {nodes} nodes (t, ms, pods placed): " + "; ".join(
+                f"t={now:g} {1000 * seconds:.1f} ms {placed}" for seconds, (now, placed) in m["slowest"][:args.slowest]),
+                flush=True)
     return 0
 
 

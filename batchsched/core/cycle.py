@@ -439,31 +439,13 @@ def _refresh_reservation(snapshot: Snapshot, gangs: Mapping[str, Gang], queue: G
     """Give the reservation to the first long-waiting gang that is neither
     hopeless nor past its reservation's bound, nor waiting for its queue
     (see batchsched.core.queueing.queue)."""
-    cluster, groups = snapshot.cluster, snapshot.groups
+    cluster = snapshot.cluster
     for key in queue.reservation_candidates(snapshot.now):
         gang = gangs[key]
         if not gang.need or _waits_for_queue(book, gang):
             continue  # its quorum is bound (extra members reserve nothing), or room reserved would sit idle
-        # The bound pods it may wait out: ours, of other gangs, not of higher
-        # priority.  (Counting equal-priority pods is what makes the
-        # reservation useful when every gang has the default priority.)
-        drainable = frozenset(k for k in cluster.holding_gang_keys()
-                              if k != gang.key and gangs[k].priority <= gang.priority)
-        hints = {k: groups[k].expected_runtime_seconds for k in drainable
-                 if k in groups and groups[k].expected_runtime_seconds}
-        before = cluster.caches.get("drainable")
-        cluster.caches["drainable"] = (gang.key, drainable, hints)
-        # Gangs that turned drainable or not (a priority changed, or they
-        # bound or ended), or whose runtime hint changed, change the picture
-        # on the nodes of their pods.
-        turned = ((drainable ^ before[1]) | {k for k in hints.keys() | before[2].keys()
-                                             if hints.get(k) != before[2].get(k)}
-                  if before and before[0] == gang.key else frozenset())
-        nodes = {p.node_name for k in turned for p in (cluster.pods[u] for u in cluster.gang_uids(k)) if p.node_name}
         try:
-            draining = _draining(snapshot, drainable)
-            drained = kept_index(cluster, "drained", gang.key, _drained_entry(snapshot, draining),
-                                 also_changed=nodes)
+            drained, draining = drained_index(snapshot, gangs, gang)
             result = plan_gang(gang.pending, gang.need, drained, **_topology_args(gang, config))
         except Exception:  # noqa: BLE001 - its own attempt reports it (InternalError); others go on
             cluster.caches.pop("drained", None)  # maybe half updated: rebuilt on next use
@@ -477,6 +459,33 @@ def _refresh_reservation(snapshot: Snapshot, gangs: Mapping[str, Gang], queue: G
                          _ready_at(snapshot, quorum, draining)):
             return
     queue.release_reservation()
+
+
+def drained_index(snapshot: Snapshot, gangs: Mapping[str, Gang],
+                  gang: Gang) -> tuple[CapacityIndex, Callable[[PodInfo], bool]]:
+    """The cluster as if the bound pods ``gang`` may wait out had ended
+    (``_drained_entry``), and which pods those are: ours, of other gangs,
+    not of higher priority.  (Counting equal-priority pods is what makes
+    the reservation useful when every gang has the default priority.)
+
+    One index, kept across cycles, serves every head: it depends on the
+    head only through the gangs it may wait out, so gangs that turned
+    drainable or not since the last call (another head, a priority
+    changed, they bound or ended), or whose runtime hint changed, change
+    it on the nodes of their pods only."""
+    cluster, groups = snapshot.cluster, snapshot.groups
+    drainable = frozenset(k for k in cluster.holding_gang_keys()
+                          if k != gang.key and gangs[k].priority <= gang.priority)
+    hints = {k: groups[k].expected_runtime_seconds for k in drainable
+             if k in groups and groups[k].expected_runtime_seconds}
+    before = cluster.caches.get("drainable")
+    cluster.caches["drainable"] = (drainable, hints)
+    turned = ((drainable ^ before[0]) | {k for k in hints.keys() | before[1].keys()
+                                         if hints.get(k) != before[1].get(k)}
+              if before else frozenset())
+    nodes = {p.node_name for k in turned for p in (cluster.pods[u] for u in cluster.gang_uids(k)) if p.node_name}
+    draining = _draining(snapshot, drainable)
+    return kept_index(cluster, "drained", None, _drained_entry(snapshot, draining), also_changed=nodes), draining
 
 
 def _waits_for_queue(book: QueueBook, gang: Gang) -> bool:

@@ -9,8 +9,10 @@ from collections import Counter
 
 import pytest
 
+from batchsched.api.constants import TOPOLOGY_MANAGER_POLICY_LABEL
 from batchsched.core import resources as res
 from batchsched.core.cluster import ClusterState
+from batchsched.core.cycle import _drained_entry, drained_index
 from batchsched.core.gangs import GangIndex, build_gangs
 from batchsched.core.model import TopologyPolicy
 from batchsched.core.placement.capacity import CapacityIndex, cluster_capacity, kept_index
@@ -145,6 +147,23 @@ def test_the_kept_capacity_index_equals_a_fresh_one_after_random_changes_and_com
             kept.commit({target: {"cpu": 0}})
 
 
+def index_of_entries(state: ClusterState, entry) -> CapacityIndex:
+    """An index built from scratch over every node's ``entry``."""
+    free, rooms, tiebreak = {}, {}, {}
+    for name in state.nodes:
+        free[name], room, tiebreak[name] = entry(name)
+        if room is not None:
+            rooms[name] = room
+    return CapacityIndex(state.nodes, free, NodeFilter(state.nodes), tiebreak=tiebreak, rooms=rooms)
+
+
+def assert_views_equal(kept: CapacityIndex, fresh: CapacityIndex, shape, where) -> None:
+    for policy in POLICIES:
+        a, b = kept.view(shape, policy), fresh.view(shape, policy)
+        assert heap_order(a) == heap_order(b), (where, policy)
+        assert a.reason_counts((), {}, {}) == b.reason_counts((), {}, {})
+
+
 def test_a_kept_index_with_tiebreaks_and_a_key_equals_a_fresh_one():
     """As the reservation's "as if drained" index: entries with a tiebreak,
     rebuilt when the key changes, reset from changed nodes otherwise."""
@@ -169,16 +188,7 @@ def test_a_kept_index_with_tiebreaks_and_a_key_equals_a_fresh_one():
         drained_gang = rng.choice(("default/g1", "default/g2"))
         entry = entry_for(drained_gang)
         kept = kept_index(state, "drained", drained_gang, entry)
-        free, rooms, tiebreak = {}, {}, {}
-        for name in state.nodes:
-            free[name], room, tiebreak[name] = entry(name)
-            if room is not None:
-                rooms[name] = room
-        fresh = CapacityIndex(state.nodes, free, NodeFilter(state.nodes), tiebreak=tiebreak, rooms=rooms)
-        for policy in POLICIES:
-            a, b = kept.view(shape, policy), fresh.view(shape, policy)
-            assert heap_order(a) == heap_order(b), (step, policy)
-            assert a.reason_counts((), {}, {}) == b.reason_counts((), {}, {})
+        assert_views_equal(kept, index_of_entries(state, entry), shape, step)
         if state.nodes and rng.random() < 0.5:
             kept.commit({rng.choice(sorted(state.nodes)): {"cpu": 0}})
 
@@ -208,3 +218,80 @@ def test_an_equal_node_keeps_the_held_object_and_changes_nothing():
     assert state.nodes["n"] is held and state.changed_since(mark) == []
     state.put_node(node("n", gpu=4))
     assert state.nodes["n"].allocatable["nvidia.com/gpu"] == 4 and state.changed_since(mark) == ["n"]
+
+
+def test_the_drained_index_shared_by_every_head_equals_a_fresh_one():
+    """The reservation's "as if drained" index is kept across cycles and
+    heads: after random changes, another head (of another priority), and
+    runtime hints that change, it equals one built from scratch."""
+    rng = random.Random(3)
+    state = ClusterState("batchsched")
+    shape = pod("shape", cpu=2, memory="8Gi", gpu=2)
+    gang_names = ("g1", "g2", "g3", "g4")
+    priorities = {"g1": 0, "g2": 0, "g3": 100, "g4": 1000}
+    heads_seen: set[str] = set()
+    for step in range(500):
+        names = sorted(state.nodes)
+        if len(names) < 8 or rng.random() < 0.05:
+            state.put_node(random_node(rng, f"n{rng.randrange(12)}"))
+            continue
+        if rng.random() < 0.2 and state.pods:
+            state.remove_pod(rng.choice(sorted(state.pods)))
+        else:
+            name = rng.choice(gang_names)
+            gpu = rng.choice((1, 2, 4))
+            bound = rng.random() < 0.7
+            state.put_pod(pod(f"p{step}", cpu=1, memory="8Gi", gpu=gpu, group=name, priority=priorities[name],
+                              node_name=rng.choice(names) if bound else None,
+                              phase="Running" if bound else "Pending", started=float(step) if bound else None,
+                              restart_policy=rng.choice(("Never", "OnFailure", None)),
+                              gpu_ids=",".join(map(str, rng.sample(range(8), gpu))) if bound else None))
+        if step % 5:
+            continue
+        groups = {f"default/{g}": group(g, expected_runtime=rng.choice((None, 100, 300))) for g in gang_names}
+        snapshot = Snapshot.of(state, groups, float(step))
+        gangs = GangIndex(snapshot)
+        heads = [k for k in gangs if gangs[k].pending]
+        if not heads:
+            continue
+        head = gangs[rng.choice(heads)]
+        heads_seen.add(head.key)
+        kept, draining = drained_index(snapshot, gangs, head)
+        assert_views_equal(kept, index_of_entries(state, _drained_entry(snapshot, draining)), shape,
+                           (step, head.key))
+    assert len(heads_seen) == len(gang_names)  # the index did serve every head
+
+
+def test_a_shape_view_answers_alike_nodes_from_one_pick_as_a_fresh_view_would():
+    """ShapeView.pick keeps its answers per kind of node, free amounts and
+    GPU room: every answer equals a fresh view's, on nodes of two boards and
+    flat ones, empty and used, under each policy."""
+    rng = random.Random(13)
+    plain = topology_node("plain", DGX1)
+    # the same board object, under a Topology Manager policy of one NUMA node
+    single = dataclasses.replace(plain, name="single", labels={TOPOLOGY_MANAGER_POLICY_LABEL: "single-numa-node"})
+    nodes = [random_node(rng, f"n{i}") for i in range(12)] + [plain, single]
+    state = ClusterState("batchsched", nodes)
+    shape = pod("shape", cpu=20, memory="8Gi", gpu=2)  # a NUMA node's cpu may run short
+    # The same GPUs and cpu used, NUMA by NUMA otherwise: different answers.
+    uses = [[pod(f"u{gpu}", cpu=cpu, memory="8Gi", gpu=1, node_name="single", phase="Running", gpu_ids=str(gpu))
+             for gpu, cpu in zip((0, 7), cpus)] for cpus in ((20, 1), (1, 20))]
+    view = CapacityIndex(state.nodes, {}, NodeFilter(state.nodes)).view(shape)
+    free = res.subtract(single.allocatable, {"cpu": 21000, "nvidia.com/gpu": 2})
+    answers = [view.pick(name, free, room_of(single, used)) for used in uses for name in ("single", "plain")]
+    assert answers[0].gpus != answers[2].gpus and answers[0] != answers[1], answers
+    for policy in POLICIES + (TopologyPolicy(rdma=True),):
+        kept = CapacityIndex(state.nodes, {n: state.free(n) for n in state.nodes}, NodeFilter(state.nodes),
+                             rooms={n: r for n in state.nodes if (r := state.room(n)) is not None})
+        view, asked = kept.view(shape, policy), 0
+        for _ in range(300):
+            name = rng.choice(sorted(state.nodes))
+            holding = [pod(f"h{k}", cpu=rng.choice((1, 8)), memory="8Gi", gpu=1, node_name=name, phase="Running",
+                           gpu_ids=str(k)) for k in rng.sample(range(8), rng.randrange(8))]
+            free = res.subtract(state.nodes[name].allocatable,
+                                {"cpu": sum(p.requests["cpu"] for p in holding), "nvidia.com/gpu": len(holding)})
+            room = room_of(state.nodes[name], holding) if name in kept.rooms else None
+            fresh = CapacityIndex(state.nodes, dict(kept.free), NodeFilter(state.nodes), rooms=dict(kept.rooms))
+            assert view.pick(name, free, room) == fresh.view(shape, policy).pick(name, free, room), (name, policy)
+            asked += 1
+        assert len(view._picks) < asked  # alike nodes did share answers

@@ -30,3 +30,17 @@ def test_they_are_loaded_when_first_needed():
                                f"print(sorted(m for m in {LAZY!r} if m in sys.modules))"],
         check=True, capture_output=True, text=True).stdout.strip()
     assert loaded == "['celpy', 'lark', 'networkx']"
+
+
+def test_choosing_gpus_loads_no_networkx():
+    """Choosing GPUs (the first cycle on a cluster with topology annotations)
+    leaves networkx to the reports that draw NVLink groups."""
+    fixture = ROOT / "tests" / "fixtures" / "topologies" / "dgx1-hybrid-cube-mesh-8gpu.txt"
+    loaded = subprocess.run(
+        [sys.executable, "-c", "import sys; from batchsched.core.topology.parse import parse_topo; "
+                               "from batchsched.core.topology.choose import choose_gpus; "
+                               f"topology = parse_topo(open({str(fixture)!r}).read()); "
+                               "[choose_gpus(topology, 0xff, k) for k in range(1, 9)]; "
+                               "print('networkx' in sys.modules)"],
+        check=True, capture_output=True, text=True).stdout.strip()
+    assert loaded == "False"

@@ -6,7 +6,7 @@ import random
 import pytest
 
 from batchsched.core.topology.choose import (
-    NO_LINK, choose_exhaustive, choose_gpus, evaluate, gpus_of, mask_of,
+    NO_LINK, choose_exhaustive, choose_gpus, evaluate, gpus_of, has_clique, mask_of,
 )
 from batchsched.core.topology.parse import parse_topo
 from tests.unit.topology_support import FIXTURE_NAMES, fixture
@@ -102,3 +102,18 @@ def test_answers_are_cached_per_topology_free_set_and_size():
     first = choose_gpus(topology, 0xFFFF, 8)
     assert choose_gpus(topology, 0xFFFF, 8) is first
     assert choose_gpus(topology, 0xFFFF, 7) is not first
+
+
+def test_has_clique_agrees_with_networkx_on_random_graphs():
+    import networkx as nx
+    rng = random.Random(17)
+    for _ in range(300):
+        n = rng.randint(1, 12)
+        graph = nx.Graph()
+        graph.add_nodes_from(range(n))
+        graph.add_edges_from((i, j) for i in range(n) for j in range(i + 1, n) if rng.random() < rng.random())
+        linked = [mask_of(graph.neighbors(i)) for i in range(n)]
+        among = rng.getrandbits(n) or 1
+        largest = max(len(c) for c in nx.find_cliques(graph.subgraph(gpus_of(among))))
+        for k in range(1, n + 2):
+            assert has_clique(linked, among, k) == (k <= largest), (n, sorted(graph.edges), among, k)

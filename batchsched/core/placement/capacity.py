@@ -41,6 +41,9 @@ from batchsched.core.resources import Resources
 from batchsched.core.topology.accounting import GpuRoom, gpu_id_count, room_of, topology_of
 
 Entry = tuple[tuple, str, int]  # (score, node name, node version)
+# Answers of ShapeView.pick kept per view; past this many (free amounts
+# that vary a lot) they are dropped and kept afresh.
+PICKS_KEPT = 4096
 # Static reasons a node may lose soon (uncordoned, ready again): its room
 # still counts for a gang that could never fit (gang.never_fits).
 PASSING_REASONS = frozenset({REASON_UNSCHEDULABLE, REASON_NOT_READY})
@@ -60,7 +63,15 @@ def pack_score(node: NodeInfo, request: Mapping[str, int], free: Mapping[str, in
 
 
 def shape_key(pod: PodInfo) -> tuple:
-    return (placement_key(pod), tuple(sorted(pod.requests.items())))
+    """Pods with equal keys are placed alike.  Computed once per pod object
+    (frozen: a changed pod is a new object) and kept in its ``__dict__``
+    (not a field: equality, repr and ``replace`` are unaffected); a gang's
+    pods are asked at each of its attempts."""
+    key = pod.__dict__.get("_shape_key")
+    if key is None:
+        key = (placement_key(pod), tuple(sorted(pod.requests.items())))
+        pod.__dict__["_shape_key"] = key
+    return key
 
 
 class ShapeView:
@@ -74,6 +85,7 @@ class ShapeView:
         self.policy = policy
         self.last_used = index.generation
         self._wanted = tuple(self.request.items())
+        self._asked = tuple(self.request)
         verdict = index.node_filter.evaluate(pod)
         self._static: dict[str, str] = dict(verdict.rejected)  # node -> why it never fits this shape
         self._static_counts = Counter(verdict.rejected.values())
@@ -84,6 +96,7 @@ class ShapeView:
         self._too_small: dict[str, list[str]] = {}  # node -> what it lacks for one even empty
         self.too_small_counts: Counter = Counter()
         self._refusals: dict[tuple, tuple] = {}  # board facts -> (its topology, _refusal_when_free)
+        self._picks: dict[tuple, tuple] = {}  # _pick_key -> (its topology, pick's answer)
         for name, reason in verdict.rejected.items():
             if reason in PASSING_REASONS:
                 self._file_empty(name)
@@ -109,10 +122,32 @@ class ShapeView:
     def pick(self, name: str, free: Mapping[str, int], room: GpuRoom | None) -> GpuPick | list[str]:
         """The GPUs a pod of this shape gets on node ``name``, or why it does not fit."""
         node = self._index.nodes[name]
+        key = self._pick_key(node, free, room)
+        known = self._picks.get(key) if key is not None else None
+        if known is not None and known[0] is topology_of(node):
+            return known[1]
         if not self.fits(free):
-            return in_dra_terms(node, resource_reasons(self.request, free), self.request)
-        pick = pick_gpus(node, room, self.request, self.policy, self._pod.device_demand)
-        return in_dra_terms(node, [pick], self.request) if isinstance(pick, str) else pick
+            pick = in_dra_terms(node, resource_reasons(self.request, free), self.request)
+        else:
+            pick = pick_gpus(node, room, self.request, self.policy, self._pod.device_demand)
+            pick = in_dra_terms(node, [pick], self.request) if isinstance(pick, str) else pick
+        if key is not None:
+            if len(self._picks) >= PICKS_KEPT:
+                self._picks.clear()
+            self._picks[key] = (topology_of(node), pick)
+        return pick
+
+    def _pick_key(self, node: NodeInfo, free: Mapping[str, int], room: GpuRoom | None) -> tuple | None:
+        """What ``pick`` depends on, so that nodes alike (most nodes of a
+        board, empty or equally used) share one answer: the board (its
+        topology, checked by identity on a hit) and Topology Manager
+        policy, what is free of the resources the shape asks, and the GPU
+        room.  None (not kept) where DRA or the pod's claims are involved:
+        the answer depends on the node's devices then."""
+        if node.dra is not None or self._pod.device_demand is not None:
+            return None
+        return (id(topology_of(node)), node.labels.get(TOPOLOGY_MANAGER_POLICY_LABEL),
+                tuple([free.get(resource, 0) for resource in self._asked]), room.key if room is not None else None)
 
     def score(self, name: str, free: Mapping[str, int], pick: GpuPick, room: GpuRoom | None) -> tuple:
         """Node ``name``'s score for a pod of this shape taking ``pick``

@@ -25,6 +25,7 @@ its predecessor handed out.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Callable, Iterable, Mapping
 
@@ -119,6 +120,12 @@ class GpuRoom:
     free: int  # bit mask of the GPU ids no pod names
     numa_free: Mapping[int, Resources]  # NUMA node -> cpu and memory left; empty: unknown
     numa_capacity: Mapping[int, Resources]
+
+    @functools.cached_property
+    def key(self) -> tuple:
+        """Equal for rooms with the same GPUs and NUMA room left (hashable;
+        computed once per room object)."""
+        return (self.free, tuple((numa, tuple(left.items())) for numa, left in self.numa_free.items()))
 
     def take(self, gpus: Iterable[int], request: Mapping[str, int], numa: int | None) -> GpuRoom:
         """Room after a pod with ``request`` takes ``gpus``, its cpu and
