@@ -33,7 +33,7 @@ entries against the stamps kept here.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, Collection, Hashable, Iterable, Iterator
+from typing import Any, Collection, Hashable, Iterable, Iterator, Mapping
 
 from batchsched.api.constants import GPU_CLIQUE_LABEL, GPU_RESOURCE
 from batchsched.core.dra import claims
@@ -55,7 +55,7 @@ class ClusterState:
         self.dra = DraState()  # read-only outside this class
         self.pods: dict[str, PodInfo] = {}  # by uid; read-only outside this class
         self.total_allocatable: Resources = {}
-        self.clique_nodes = 0  # nodes labelled with an NVLink clique
+        self.clique_node_gpus: dict[int, int] = {}  # nodes labelled with an NVLink clique, by GPUs allocatable
         # GPUs per pod -> pods asking that many: ours pending, and every bound pod holding room
         self.gpu_asks: dict[int, int] = {}
         self.pending_gpu_asks: dict[int, int] = {}  # ours pending only
@@ -406,7 +406,7 @@ class ClusterState:
         for name, amount in node.allocatable.items():
             total[name] = total.get(name, 0) + sign * amount
         if GPU_CLIQUE_LABEL in node.labels:
-            self.clique_nodes += sign
+            _count(self.clique_node_gpus, node.allocatable.get(GPU_RESOURCE, 0), sign)
 
     def _index(self, pod: PodInfo) -> None:
         self._move(pod, 1)

@@ -395,7 +395,8 @@ def _preempt(snapshot: Snapshot, gangs: Mapping[str, Gang], gang: Gang, policy: 
     victims_of = reclaim if reclaim is not None else (overran.__contains__ if overran else None)
     outcome = plan_preemption(snapshot, gangs, gang, policy, state, capacity.free, capacity.node_filter,
                               going, capacity.rooms, off_limits, evicting,
-                              budget=policy.max_victims_per_cycle - len(evicting), reclaim=victims_of)
+                              budget=policy.max_victims_per_cycle - len(evicting), reclaim=victims_of,
+                              budgeted=bool(overran) and reclaim is None)
     said = "" if reclaim is None else f"Queue {reclaim.queue} is below its fair share and reclaims: "
     if overran:
         said = "Gangs past their expectedRuntimeSeconds on its reserved nodes go first: "
@@ -528,7 +529,8 @@ def _ready_at(snapshot: Snapshot, quorum: Collection[Assignment],
     ready = snapshot.now
     for name, request in asked.items():
         free = cluster.free(name)
-        ends = [(expected_end(p, groups), p) for p in cluster.bound_pods(name) if p.holds_resources and draining(p)]
+        ends = [(expected_end(p, groups, snapshot.now), p) for p in cluster.bound_pods(name)
+                if p.holds_resources and draining(p)]
         for end, pod in sorted(ends, key=lambda e: (math.inf if e[0] is None else e[0], e[1].uid)):
             if not res.fits(request, free):
                 break

@@ -246,10 +246,11 @@ class GroupSpec:
     preemption_policy: str = "PreemptLowerPriority"  # or Never: this gang never preempts
     preemptible: bool = True  # False: its pods are never victims
     queue: str = ""  # spec.queue; "": the configured default queue
-    # A JobSet that starts its replicated Jobs in turn: (replicated Job, pods
-    # it runs at once) in order; min_member is then that of the stages
-    # started (core/gangsources/jobsets.py).
-    stages: tuple[tuple[str, int], ...] = ()
+    # A JobSet's replicated Jobs: (name, pods it runs at once, completions in
+    # all) in order; min_member is then what the stages still run, only of
+    # those started when it starts them in turn (core/gangsources/jobsets.py).
+    stages: tuple[tuple[str, int, int], ...] = ()
+    stages_in_turn: bool = False
     # Volcano's minTaskMember: (task, members of it the gang needs), sorted;
     # a pod's task is its annotation volcano.sh/task-spec.
     min_task_members: tuple[tuple[str, int], ...] = ()

@@ -278,7 +278,13 @@ def test_the_victim_is_the_pod_that_loses_least_work_and_hostile_checkpoints_are
     pc = Classes(env)
     node = env.add_node("gpu0", gpus=8)
     inference = fill_with_inference(env, [node], 8, pc.low)
-    time.sleep(2)  # every pod has run a while: the one that saved its work just now loses least
+
+    def ran_a_while() -> bool:  # every pod has run a while: the one that saved its work just now loses least
+        pods = env.pods()
+        starts = [pods[name]["status"].get("startTime") for name in inference]
+        return all(starts) and (datetime.now(timezone.utc) - max(
+            datetime.fromisoformat(s.replace("Z", "+00:00")) for s in starts)).total_seconds() >= 1.5
+    wait_for("every inference pod started over 1.5 s ago", ran_a_while, timeout=30)
     saved, garbled, ahead = inference[5], inference[6], inference[7]
     now = datetime.now(timezone.utc)
     for name, value in ((saved, now.strftime("%Y-%m-%dT%H:%M:%S.%fZ")), (garbled, "tomorrow"),

@@ -244,7 +244,7 @@ def test_nothing_of_a_jobset_binds_while_a_pod_is_missing_or_cannot_be_placed():
 ])
 def test_a_jobsets_size_is_replicas_times_pods_at_once_summed(replicated, expected):
     spec = jobsets.group_from_json(jobset("x", "train", replicated))
-    assert (spec.key, spec.min_member, spec.stages) == ("train/jobset:x", expected, ())
+    assert (spec.key, spec.min_member, spec.stages_in_turn) == ("train/jobset:x", expected, False)
 
 
 def test_completions_below_parallelism_bound_what_a_replicated_job_runs_at_once():
@@ -255,7 +255,7 @@ def test_completions_below_parallelism_bound_what_a_replicated_job_runs_at_once(
 
 def test_a_jobset_started_in_order_is_a_gang_of_its_started_stages():
     js = listed_jobset(in_order=True)
-    assert jobsets.group_from_json(js).stages == (("launcher", 1), ("workers", 4))
+    assert jobsets.group_from_json(js).stages == (("launcher", 1, 1), ("workers", 4, 4))
     # The controller made the launcher's Job only: the gang is the launcher, and it binds.
     launcher = jobset_controller_pods(js, only=("launcher",))
     cache = jobset_cache([js], launcher, 4)
@@ -280,6 +280,21 @@ def test_a_stage_whose_pods_all_ended_no_longer_counts():
     gang = GangIndex(cache.snapshot(0.0))[JOBSET_KEY]
     assert (gang.min_member, gang.need) == (4, 4)
     assert len(cycle(cache).bindings) == 4
+
+
+def test_members_that_succeeded_are_done_so_a_replacement_binds_alone():
+    """Launcher Succeeded, 3 workers running, the 4th failed and replaced:
+    the replacement waits for no one (the gang would never reach 5 again)."""
+    js = listed_jobset()
+    pods = jobset_controller_pods(js)
+    pods[0]["spec"]["nodeName"], pods[0]["status"] = "n0", {"phase": "Succeeded"}
+    for i, pod in enumerate(pods[1:4], 1):
+        pod["spec"]["nodeName"], pod["status"] = f"n{i}", {"phase": "Running"}
+    pods[4]["status"] = {"phase": "Pending"}
+    cache = jobset_cache([js], pods, 5)
+    gang = GangIndex(cache.snapshot(0.0))[JOBSET_KEY]
+    assert (gang.min_member, gang.need) == (4, 1)
+    assert [b.pod_name for b in cycle(cache).bindings] == [pods[4]["metadata"]["name"]]
 
 
 def test_the_jobset_gang_wins_over_its_jobs_gangs_and_without_it_each_job_is_one():

@@ -109,6 +109,20 @@ def test_a_backfilled_gang_past_its_hint_is_the_reserved_gangs_first_victim():
     assert "past their expectedRuntimeSeconds" in plan.verdicts["default/big"].message
 
 
+def test_gangs_past_their_hint_are_evicted_within_the_namespaces_eviction_budget():
+    def evicted(policy):
+        queue, snap = hinted_fill(100)
+        plan = schedule_cycle(snap, queue, CONFIG)
+        fill = [replace(snap.pods[b.pod_uid], node_name=b.node_name, phase="Running", started=snap.now)
+                for b in plan.bindings]
+        done = [replace(snap.pods[f"uid-default-job-{i}"], phase="Succeeded") for i in range(2)]
+        schedule_cycle(later(snap, 100, *fill, *done), queue, CONFIG, policy)
+        return sorted(e.pod.name for e in schedule_cycle(later(snap, 110, *fill, *done), queue, CONFIG,
+                                                         policy).evictions)
+    assert evicted(PreemptionPolicy(enabled=True)) == ["fill-0", "fill-1"]
+    assert evicted(PreemptionPolicy(enabled=True, namespace_evictions_per_hour=0)) == []
+
+
 def test_the_reserved_nodes_are_those_expected_to_drain_soonest():
     # Every node is as busy as the others; what differs is when its pods end.
     queue = GangQueue.from_config(CONFIG)
@@ -138,3 +152,11 @@ def test_runtime_bounds():
     assert runtime_bound(pod("x"), groups) is None
     assert not overran_hint(hinted, groups, T0 + 650) and overran_hint(hinted, groups, T0 + 651)
     assert not overran_hint(deadline, groups, T0 + 10**6)  # the kubelet's to end
+
+
+def test_a_pod_bound_but_not_started_is_expected_to_end_a_bound_from_now():
+    groups = {"default/g": group("g", expected_runtime=600)}
+    bound = pod("g-0", group="g", node_name="n", phase="Pending")
+    assert expected_end(bound, groups) is None
+    assert expected_end(bound, groups, now=T0) == T0 + 600
+    assert expected_end(pod("g-1", group="g"), groups, now=T0) is None  # not bound: nothing to end

@@ -102,7 +102,8 @@ def test_indexes_match_a_scan_of_every_pod_after_random_changes():
         assert state.gpu_asks == asks
         assert state.pending_gpu_asks == Counter(p.requests.get("nvidia.com/gpu", 0) for p in ours
                                                  if p.awaits_placement and p.requests.get("nvidia.com/gpu"))
-        assert state.clique_nodes == sum("nvidia.com/gpu.clique" in n.labels for n in state.nodes.values())
+        assert sum(state.clique_node_gpus.values()) == sum(
+            "nvidia.com/gpu.clique" in n.labels for n in state.nodes.values())
 
 
 def heap_order(view) -> list[tuple]:

@@ -133,14 +133,14 @@ def test_the_cluster_counts_gpu_asks_of_our_pending_and_every_bound_pod():
     state.put_pod(pod("theirs-bound", gpu=2, scheduler="default-scheduler", node_name="n", phase="Running"))
     state.put_pod(pod("cpu-only", cpu=1))
     state.put_pod(pod("gated", gpu=8, gated=True))
-    assert (state.gpu_asks, state.pending_gpu_asks, state.clique_nodes) == ({4: 1, 2: 1}, {4: 1}, 1)
+    assert (state.gpu_asks, state.pending_gpu_asks, state.clique_node_gpus) == ({4: 1, 2: 1}, {4: 1}, {8: 1})
     bound = dataclasses.replace(pending, node_name="m", phase="Running")
     state.put_pod(bound)
     assert (state.gpu_asks, state.pending_gpu_asks) == ({4: 1, 2: 1}, {})
     state.put_pod(dataclasses.replace(bound, phase="Succeeded"))
     assert state.gpu_asks == {2: 1}
     state.remove_node("n")
-    assert state.clique_nodes == 0
+    assert state.clique_node_gpus == {}
 
 
 def test_node_choice_follows_the_config_and_the_cluster():
@@ -190,3 +190,16 @@ def test_the_benchmarks_clique_cluster_puts_dgx1_and_h100_nodes_in_cliques_of_fo
     assert labelled == {name: (4, name) for name in ("dgx1-c0", "dgx1-c1", "h100-c0", "h100-c1")}
     config = fragmentation_sim.with_choice(SchedulerConfig(), True, False).core()
     assert (config.fragmentation_aware, config.keep_cliques_whole) == (True, False)
+
+
+def test_the_clique_rule_keys_on_the_clique_node_sizes_a_waiting_pod_could_take():
+    """Asks of 8, 9 or 999 GPUs protect 8-GPU clique nodes alike (one kept
+    index); asks below every clique node's size protect nothing."""
+    config = CoreConfig()
+    state = ClusterState("batchsched", nodes=[gpu_node("n", {CLIQUE: "A"})])
+    asks = []
+    for gpus in (3, 8, 9, 999):
+        state.put_pod(pod(f"p{gpus}", gpu=gpus))
+        choice = node_choice(state, config)
+        asks.append(choice.whole_node_ask if choice else 0)
+    assert asks == [0, 8, 8, 8]

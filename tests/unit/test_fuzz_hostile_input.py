@@ -219,7 +219,8 @@ def test_a_jobset_sizes_its_gang_or_is_refused_with_a_value_error(spec):
     except ValueError:
         return
     assert 1 <= read.min_member <= gangsources.MAX_TOTAL_COUNT
-    assert all(isinstance(name, str) and 0 <= size <= gangsources.MAX_TOTAL_COUNT for name, size in read.stages)
+    assert all(isinstance(name, str) and 0 <= size <= total <= gangsources.MAX_TOTAL_COUNT
+               for name, size, total in read.stages)
 
 
 @FUZZ

@@ -444,3 +444,16 @@ def test_a_kuberay_pod_left_with_another_scheduler_name_is_named_in_the_gangs_me
 def test_a_volcano_podgroups_queue_is_the_batchsched_queue_it_is_admitted_through():
     assert volcano.group_from_json(volcano_group("g", minMember=2, queue="team-a")).queue == "team-a"
     assert volcano.group_from_json(volcano_group("g", minMember=2)).queue == ""  # the configured default
+
+
+def test_a_shape_shared_by_tasks_places_the_members_each_task_needs_first():
+    """Four 1-GPU members, three of task a and one of task b, minTaskMember
+    a:1 b:1, on one 2-GPU node: a-0 and b-0 bind (creation order alone would
+    place a-0 and a-1 and miss task b)."""
+    from dataclasses import replace as changed
+    from tests.unit.helpers import gang_pods, group, node, snapshot
+    pods = [changed(p, task="a") for p in gang_pods("g", 3, gpu=1, created=1.0)]
+    pods.append(changed(gang_pods("g", 4, gpu=1, created=2.0)[3], task="b"))
+    spec = changed(group("g", min_member=2), min_task_members=(("a", 1), ("b", 1)))
+    plan = schedule_cycle(snapshot([node("n", gpu=2)], pods, [spec]), GangQueue())
+    assert sorted(b.pod_name for b in plan.bindings) == ["g-0", "g-3"]

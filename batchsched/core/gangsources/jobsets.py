@@ -18,6 +18,7 @@ at once (the Job API's defaults: parallelism 1, completions = parallelism).
 """
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import replace
 from typing import Any, Iterable, Mapping
 
@@ -45,24 +46,35 @@ def group_from_json(obj: Mapping[str, Any]) -> GroupSpec:
     return GroupSpec(
         namespace=str(meta.get("namespace", "")),
         name=str(meta.get("name", "")),
-        min_member=min(MAX_TOTAL_COUNT, max(1, sum(size for _, size in stages))),
+        min_member=min(MAX_TOTAL_COUNT, max(1, sum(size for _, size, _ in stages))),
         source=JOBSET,
         created=parse_time(meta.get("creationTimestamp")),
-        stages=stages if in_turn else (),
+        stages=stages,
+        stages_in_turn=in_turn,
     )
 
 
 def started(spec: GroupSpec, members: Iterable[PodInfo]) -> GroupSpec:
-    """``spec`` of a JobSet started in turn, its minMember that of the stages
-    with a live member (at least 1); any other spec as it is."""
+    """``spec`` of a JobSet with its minMember what its stages still run at
+    once (at least 1): a stage's pods at once, never more than its
+    completions left (members that Succeeded are done: a replacement for a
+    failed one must not wait for them); of a JobSet started in turn, only
+    the stages with a live member.  Any other spec as it is."""
     if not spec.stages:
         return spec
-    live = {p.labels.get(REPLICATED_JOB_LABEL) for p in members if not p.terminal}
-    size = sum(size for name, size in spec.stages if name in live)
+    live, succeeded = set(), Counter()
+    for pod in members:
+        stage = pod.labels.get(REPLICATED_JOB_LABEL)
+        if pod.phase == "Succeeded":
+            succeeded[stage] += 1
+        elif not pod.terminal:
+            live.add(stage)
+    size = sum(min(at_once, max(0, completions - succeeded[name])) for name, at_once, completions in spec.stages
+               if name in live or not spec.stages_in_turn)
     return replace(spec, min_member=min(MAX_TOTAL_COUNT, max(1, size)))
 
 
-def _stage(index: int, job: Any) -> tuple[str, int]:
+def _stage(index: int, job: Any) -> tuple[str, int, int]:
     if not isinstance(job, dict) or not isinstance(job.get("name"), str):
         raise ValueError(f"spec.replicatedJobs[{index}]: a name expected")
     template = job.get("template")
@@ -74,7 +86,8 @@ def _stage(index: int, job: Any) -> tuple[str, int]:
     completions = _count(template.get("completions"), parallelism,
                          f"spec.replicatedJobs[{index}].template.spec.completions")
     replicas = _count(job.get("replicas"), 1, f"spec.replicatedJobs[{index}].replicas")
-    return job["name"], min(MAX_TOTAL_COUNT, replicas * min(parallelism, completions))
+    return (job["name"], min(MAX_TOTAL_COUNT, replicas * min(parallelism, completions)),
+            min(MAX_TOTAL_COUNT, replicas * completions))
 
 
 def _count(value: Any, default: int, field: str) -> int:

@@ -137,6 +137,10 @@ def node_choice(cluster: ClusterState, config: CoreConfig) -> NodeChoice | None:
     if config.fragmentation_aware:
         mix = cluster.caches["gpu_mix"] = settled_mix(cluster.gpu_asks, cluster.caches.get("gpu_mix"))
     whole_node_ask = 0
-    if config.keep_cliques_whole and cluster.clique_nodes:
-        whole_node_ask = max(cluster.pending_gpu_asks, default=0)
+    if config.keep_cliques_whole and cluster.clique_node_gpus:
+        # Only which clique nodes a waiting pod could take whole matters: the
+        # largest such size, so the kept index is rebuilt only when it changes
+        # (not whenever the largest ask does: 9, 16 or 999 GPUs protect as 8 does).
+        asked = max(cluster.pending_gpu_asks, default=0)
+        whole_node_ask = max((gpus for gpus in cluster.clique_node_gpus if gpus <= asked), default=0)
     return NodeChoice(mix, whole_node_ask) if mix or whole_node_ask else None

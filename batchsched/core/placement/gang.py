@@ -92,9 +92,21 @@ class _Shape:
         return (r.get(GPU_RESOURCE, 0), r.get(res.CPU, 0), r.get(res.MEMORY, 0))
 
 
-def _shapes(pods: Sequence[PodInfo], capacity: CapacityIndex, policy: TopologyPolicy) -> list[_Shape]:
+def _shapes(pods: Sequence[PodInfo], capacity: CapacityIndex, policy: TopologyPolicy,
+            task_need: Mapping[str, int] | None = None) -> list[_Shape]:
+    """Pods grouped by shape, each shape's in creation order; with
+    ``task_need``, the members each task needs first (so a shape shared by
+    several tasks places them before the rest)."""
     by_key: dict[tuple, _Shape] = {}
-    for pod in sorted(pods, key=lambda p: (p.created, p.name, p.uid)):
+    in_order = sorted(pods, key=lambda p: (p.created, p.name, p.uid))
+    if task_need:
+        left, needed = dict(task_need), set()
+        for pod in in_order:
+            if left.get(pod.task, 0) > 0:
+                left[pod.task] -= 1
+                needed.add(pod.uid)
+        in_order.sort(key=lambda p: p.uid not in needed)  # stable: creation order kept within each part
+    for pod in in_order:
         key = shape_key(pod)
         if key in by_key:
             by_key[key].pods.append(pod)
@@ -354,7 +366,7 @@ def plan_gang(
     if need > len(pods):
         return PlanFailure(need, 0, {}, f"Gang {gang_key} needs {_pods(need)} placed at once; "
                                         f"only {len(pods)} are pending.")
-    shapes = _shapes(pods, capacity, policy)
+    shapes = _shapes(pods, capacity, policy, task_need)
     total_nodes = len(capacity.nodes)
     why_never = _never_fits(shapes, need, total_nodes, cluster_total) if need else ""
     if why_never:

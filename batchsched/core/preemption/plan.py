@@ -128,7 +128,8 @@ class NoPreemption:
 
 def victim_units(snapshot: Snapshot, gangs: Mapping[str, Gang], preemptor: Gang,
                  policy: PreemptionPolicy, state: PreemptionState,
-                 excluded: Collection[str] = (), reclaim: Callable[[str], bool] | None = None) -> list[VictimUnit]:
+                 excluded: Collection[str] = (), reclaim: Callable[[str], bool] | None = None,
+                 budgeted: bool = False) -> list[VictimUnit]:
     """Every unit that may be evicted for ``preemptor``, cheapest first.
     With ``reclaim`` (a queue taking back room lent, docs/queues.md) the
     victims are our gangs it accepts, whatever their priority."""
@@ -136,7 +137,7 @@ def victim_units(snapshot: Snapshot, gangs: Mapping[str, Gang], preemptor: Gang,
     units: list[VictimUnit] = []
     by_gang: dict[str, list[PodInfo]] = {}
     above = preemptor.priority if reclaim is None else _ANY_PREEMPTOR
-    left = _evictions_left(snapshot, policy, state, excluded) if reclaim is None else None
+    left = _evictions_left(snapshot, policy, state, excluded) if reclaim is None or budgeted else None
     for pod in _victim_candidates(snapshot, policy, state):
         if pod.uid in excluded or pod.gang_key == preemptor.key or (left is not None and left(pod.namespace) < 1):
             continue
@@ -244,20 +245,23 @@ def plan_preemption(snapshot: Snapshot, gangs: Mapping[str, Gang], gang: Gang,
                     node_filter: NodeFilter, going: Mapping[str, Resources],
                     rooms: Mapping[str, GpuRoom] | None = None, off_limits: Collection[str] = (),
                     excluded: Collection[str] = (), *, budget: int,
-                    reclaim: Callable[[str], bool] | None = None) -> PreemptionPlan | NoPreemption:
+                    reclaim: Callable[[str], bool] | None = None,
+                    budgeted: bool = False) -> PreemptionPlan | NoPreemption:
     """``free``: what the gang may use now; ``going``: terminating room that
     will be the gang's once it is gone (NominationHolds.going_for); ``rooms``:
     the nodes' GPU ids and NUMA room, when they are tracked; ``excluded``:
     victims of earlier preemptors in this cycle; ``budget``: how many victims
     are left of ``max_victims_per_cycle`` in this cycle; ``reclaim``: the
-    victim gangs a reclaim may take (victim_units)."""
+    victim gangs a reclaim may take (victim_units), whatever their priority;
+    ``budgeted``: the namespaces' eviction budgets apply to those too (a
+    reclaim's victims are not counted against them, docs/preemption.md)."""
     rooms = rooms or {}
     why_not = policy.may_preempt(gang.spec, gang.priority, gang.members)
     if why_not:
         return NoPreemption(f"Gang {gang.key} may not preempt: {why_not}.")
     if gang.key in state.in_flight:
         return NoPreemption(f"Gang {gang.key} is waiting for the pods it preempted to terminate.")
-    units = victim_units(snapshot, gangs, gang, policy, state, excluded, reclaim)
+    units = victim_units(snapshot, gangs, gang, policy, state, excluded, reclaim, budgeted)
     room: dict[str, Resources] = {name: dict(f) for name, f in free.items()}
     for node, soon in going.items():
         room[node] = res.add(room.get(node, {}), soon)
@@ -298,7 +302,7 @@ def plan_preemption(snapshot: Snapshot, gangs: Mapping[str, Gang], gang: Gang,
         if best is None:
             message = (f"Gang {gang.key} would not fit even after evicting every pod policy allows; "
                        "nothing was evicted.")
-            spent = _spent_namespaces(snapshot, policy, state, excluded) if reclaim is None else []
+            spent = _spent_namespaces(snapshot, policy, state, excluded) if reclaim is None or budgeted else []
             if spent:
                 message += (f" Namespace(s) {', '.join(spent[:5])} reached their eviction budget "
                             f"(maxPerNamespacePerHour={policy.namespace_evictions_per_hour}).")
@@ -321,7 +325,7 @@ def plan_preemption(snapshot: Snapshot, gangs: Mapping[str, Gang], gang: Gang,
         nominations.append((pod, node))
 
     victims = tuple(_distinct_pods(chosen.values()))
-    left = _evictions_left(snapshot, policy, state, excluded) if reclaim is None else None
+    left = _evictions_left(snapshot, policy, state, excluded) if reclaim is None or budgeted else None
     spent = _beyond_budget(victims, left) if left is not None else ""
     if spent:
         return NoPreemption(f"Gang {gang.key} would evict more pods of namespace {spent} than the "

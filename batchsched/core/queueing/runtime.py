@@ -6,7 +6,8 @@ A pod's bound is its ``activeDeadlineSeconds``, which the kubelet enforces
 else its PodGroup's ``expectedRuntimeSeconds``, a hint nobody enforces: a
 gang that backfilled on a hint and overruns it is the reserved gang's first
 victim (batchsched.core.cycle).  The Job's own ``activeDeadlineSeconds`` is
-not on its pods, and the scheduler does not watch Jobs, so it is not read.
+not on its pods and is not read: Jobs are watched only to size automatic
+gangs, and not at all with those off.
 """
 from __future__ import annotations
 
@@ -28,10 +29,16 @@ def runtime_bound(pod: PodInfo, groups: Mapping[str, GroupSpec]) -> float | None
     return None if group is None else group.expected_runtime_seconds
 
 
-def expected_end(pod: PodInfo, groups: Mapping[str, GroupSpec]) -> float | None:
-    """When the bound pod is expected to be gone; None: no bound, or not started."""
+def expected_end(pod: PodInfo, groups: Mapping[str, GroupSpec], now: float | None = None) -> float | None:
+    """When the bound pod is expected to be gone; None: no bound, or not
+    started (with ``now``, a pod bound but not started yet is taken to start
+    now: the kubelet has yet to write its startTime)."""
     bound = runtime_bound(pod, groups)
-    return None if bound is None or not pod.started else pod.started + bound
+    if bound is None:
+        return None
+    if pod.started:
+        return pod.started + bound
+    return now + bound if now is not None and pod.node_name else None
 
 
 def overran_hint(pod: PodInfo, groups: Mapping[str, GroupSpec], now: float) -> bool:
