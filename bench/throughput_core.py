@@ -154,7 +154,7 @@ def main() -> int:
     if args.profile:
         profiler = cProfile.Profile()
         profiler.runcall(measure, args.profile, workload(args.pods, args.profile, args.seed, args.arrival_seconds),
-                         args.settle_heap, config)
+                         args.settle_heap, config=config)
         stats = pstats.Stats(profiler)
         stats.sort_stats("tottime").print_stats(25)
         stats.sort_stats("cumulative").print_stats(40)

@@ -148,6 +148,31 @@ def test_the_kept_capacity_index_equals_a_fresh_one_after_random_changes_and_com
             kept.commit({target: {"cpu": 0}})
 
 
+def test_a_view_built_from_its_preference_sibling_equals_one_built_alone():
+    """A gang's RDMA preference makes a second view of a shape: it copies
+    where the shape may go from the sibling kept current by the same index,
+    and must equal a view built from nothing."""
+    rng = random.Random(5)
+    state = ClusterState("batchsched")
+    shapes = [pod(f"shape{g}", cpu=2, memory="8Gi", gpu=g) for g in (1, 2, 8)]
+    for step in range(200):
+        mutate(rng, state, step)
+        if step % 9:
+            continue
+        kept = cluster_capacity(state, {})
+        for shape in shapes:
+            kept.view(shape)  # the sibling, kept across cycles
+        for shape in shapes:
+            a = kept.view(shape, TopologyPolicy(rdma=True))
+            b = fresh_index(state, {}).view(shape, TopologyPolicy(rdma=True))
+            assert heap_order(a) == heap_order(b), (step, shape.name)
+            assert a.reason_counts((), {}, {}) == b.reason_counts((), {}, {})
+            assert (a.feasible, a.holds_when_empty, a.never_counts()) == (b.feasible, b.holds_when_empty,
+                                                                          b.never_counts())
+        if state.nodes and rng.random() < 0.5:
+            kept.commit({rng.choice(sorted(state.nodes)): {"cpu": 0}})
+
+
 def index_of_entries(state: ClusterState, entry) -> CapacityIndex:
     """An index built from scratch over every node's ``entry``."""
     free, rooms, tiebreak = {}, {}, {}

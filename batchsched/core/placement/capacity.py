@@ -23,6 +23,7 @@ GPU shapes asked and whether it opens a whole clique node.
 """
 from __future__ import annotations
 
+import dataclasses
 import heapq
 from collections import Counter
 from typing import Callable, Collection, Hashable, Mapping
@@ -78,7 +79,11 @@ class ShapeView:
     """Where pods of one shape can go under one topology policy, given the
     index's free map and GPU rooms."""
 
-    def __init__(self, index: CapacityIndex, pod: PodInfo, policy: TopologyPolicy):
+    def __init__(self, index: CapacityIndex, pod: PodInfo, policy: TopologyPolicy,
+                 like: ShapeView | None = None):
+        """``like``: a view of the same shape under a policy that differs
+        only in preferences (``rdma``), kept current by the same index: where
+        pods may go at all is the same, so only the ranking is computed."""
         self._index = index
         self._pod = pod  # stands for its shape in static predicates
         self.request: Resources = dict(pod.requests)
@@ -86,17 +91,39 @@ class ShapeView:
         self.last_used = index.generation
         self._wanted = tuple(self.request.items())
         self._asked = tuple(self.request)
-        verdict = index.node_filter.evaluate(pod)
-        self._static: dict[str, str] = dict(verdict.rejected)  # node -> why it never fits this shape
-        self._static_counts = Counter(verdict.rejected.values())
-        self.feasible: set[str] = set()
-        # Empty nodes, for gangs that could never fit (gang.never_fits).
-        self._holds: dict[str, int] = {}  # node -> how many such pods it holds empty
-        self.holds_when_empty = 0  # their sum
-        self._too_small: dict[str, list[str]] = {}  # node -> what it lacks for one even empty
-        self.too_small_counts: Counter = Counter()
         self._refusals: dict[tuple, tuple] = {}  # board facts -> (its topology, _refusal_when_free)
         self._picks: dict[tuple, tuple] = {}  # _pick_key -> (its topology, pick's answer)
+        self._short: dict[str, list[str]] = {}  # feasible node -> resources it lacks
+        self._short_counts: Counter = Counter()
+        self._heap: list[Entry] = []
+        self._stash: list[Entry] = []  # popped by the current attempt
+        if like is not None:
+            self._static: dict[str, str] = dict(like._static)  # node -> why it never fits this shape
+            self._static_counts = Counter(like._static_counts)
+            self.feasible: set[str] = set(like.feasible)
+            # Empty nodes, for gangs that could never fit (gang.never_fits).
+            self._holds: dict[str, int] = dict(like._holds)  # node -> how many such pods it holds empty
+            self.holds_when_empty = like.holds_when_empty  # their sum
+            self._too_small: dict[str, list[str]] = dict(like._too_small)  # node -> what it lacks even empty
+            self.too_small_counts = Counter(like.too_small_counts)
+            self._refusals.update(like._refusals)
+        else:
+            verdict = index.node_filter.evaluate(pod)
+            self._static = dict(verdict.rejected)
+            self._static_counts = Counter(verdict.rejected.values())
+            self.feasible = set()
+            self._holds = {}
+            self.holds_when_empty = 0
+            self._too_small = {}
+            self.too_small_counts = Counter()
+            self._file_static(verdict)
+        for name in self.feasible:
+            self._classify(name, push=False)
+        heapq.heapify(self._heap)
+
+    def _file_static(self, verdict) -> None:
+        """Where pods of this shape may go at all, from the static predicates' ``verdict``."""
+        index, pod, policy = self._index, self._pod, self.policy
         for name, reason in verdict.rejected.items():
             if reason in PASSING_REASONS:
                 self._file_empty(name)
@@ -107,14 +134,8 @@ class ShapeView:
                 self._static_counts[reason] += 1
             else:
                 self.feasible.add(name)
-        self._short: dict[str, list[str]] = {}  # feasible node -> resources it lacks
-        self._short_counts: Counter = Counter()
-        self._heap: list[Entry] = []
-        self._stash: list[Entry] = []  # popped by the current attempt
         for name in self.feasible:
             self._file_empty(name)
-            self._classify(name, push=False)
-        heapq.heapify(self._heap)
 
     def fits(self, free: Mapping[str, int]) -> bool:
         return all(free.get(name, 0) >= amount for name, amount in self._wanted)
@@ -328,7 +349,8 @@ class CapacityIndex:
         key = (shape_key(pod), policy)
         view = self._views.get(key)
         if view is None:
-            view = self._views[key] = ShapeView(self, pod, policy)
+            like = self._views.get((key[0], dataclasses.replace(policy, rdma=not policy.rdma)))
+            view = self._views[key] = ShapeView(self, pod, policy, like)
         view.last_used = self.generation
         return view
 
