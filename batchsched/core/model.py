@@ -255,6 +255,10 @@ class GroupSpec:
     # a pod's task is its annotation volcano.sh/task-spec.
     min_task_members: tuple[tuple[str, int], ...] = ()
     expected_runtime_seconds: int | None = None  # spec.expectedRuntimeSeconds: a hint (core/queueing/runtime.py)
+    # The owner Job's activeDeadlineSeconds (of a JobSet: the longest of its
+    # replicated Jobs', if each has one): enforced by the Job controller
+    # (core/queueing/runtime.py).
+    job_deadline_seconds: int | None = None
 
     @property
     def key(self) -> str:

@@ -96,6 +96,17 @@ def test_the_gang_is_as_big_as_the_pods_the_job_runs_at_once(parallelism, comple
     assert spec is not None and (spec.key, spec.min_member) == (KEY, expected)
 
 
+def test_a_jobs_active_deadline_is_kept_with_its_gang_and_a_bad_one_refused():
+    job = listed_job(4)
+    assert jobs.group_from_json(job).job_deadline_seconds is None
+    job["spec"]["activeDeadlineSeconds"] = 3600
+    assert jobs.group_from_json(job).job_deadline_seconds == 3600
+    for bad in (0, -5, True, "3600", 1.5, 2**63):
+        job["spec"]["activeDeadlineSeconds"] = bad
+        with pytest.raises(ValueError, match="spec.activeDeadlineSeconds"):
+            jobs.group_from_json(job)
+
+
 def test_a_job_that_is_not_indexed_forms_no_gang():
     job = listed_job(4)
     job["spec"]["completionMode"] = "NonIndexed"
@@ -245,6 +256,18 @@ def test_nothing_of_a_jobset_binds_while_a_pod_is_missing_or_cannot_be_placed():
 def test_a_jobsets_size_is_replicas_times_pods_at_once_summed(replicated, expected):
     spec = jobsets.group_from_json(jobset("x", "train", replicated))
     assert (spec.key, spec.min_member, spec.stages_in_turn) == ("train/jobset:x", expected, False)
+
+
+def test_a_jobsets_job_deadline_is_its_longest_only_if_every_replicated_job_has_one():
+    js = jobset("x", "train", [("a", 1, 1, 0), ("b", 2, 4, 8)])
+    templates = [job["template"]["spec"] for job in js["spec"]["replicatedJobs"]]
+    templates[0]["activeDeadlineSeconds"] = 600
+    assert jobsets.group_from_json(js).job_deadline_seconds is None  # b's pods have no bound
+    templates[1]["activeDeadlineSeconds"] = 7200
+    assert jobsets.group_from_json(js).job_deadline_seconds == 7200
+    templates[1]["activeDeadlineSeconds"] = "soon"
+    with pytest.raises(ValueError, match=r"replicatedJobs\[1\].template.spec.activeDeadlineSeconds"):
+        jobsets.group_from_json(js)
 
 
 def test_completions_below_parallelism_bound_what_a_replicated_job_runs_at_once():

@@ -154,6 +154,26 @@ def test_runtime_bounds():
     assert not overran_hint(deadline, groups, T0 + 10**6)  # the kubelet's to end
 
 
+def test_an_owner_jobs_deadline_bounds_its_pods_as_the_pods_own_would():
+    job_gang = replace(group("j", expected_runtime=600), job_deadline_seconds=300)
+    groups = {job_gang.key: job_gang}
+    member = pod("j-0", started=50, group="j")
+    assert runtime_bound(member, groups) == 300 + KILL_GRACE_SECONDS  # enforced: before the hint
+    assert expected_end(member, groups) == T0 + 50 + 300 + KILL_GRACE_SECONDS
+    assert not overran_hint(member, groups, T0 + 10**6)  # the Job controller's to end
+    assert runtime_bound(replace(member, active_deadline_seconds=100), groups) == 100 + KILL_GRACE_SECONDS
+
+
+def test_a_gang_bounded_by_its_jobs_deadline_backfills():
+    # As the "short" pod of the first test, the deadline on its Job instead of on the pod.
+    for deadline, backfills in ((169, False), (139, True)):
+        queue, snap = reserved_scene()
+        fill = replace(group("fill", min_member=2, created=61), job_deadline_seconds=deadline)
+        snap = later(snap, 0, *gang_pods("fill", 2, gpu=4, created=61, **JOB), groups=[fill])
+        placed = sorted(b.node_name for b in schedule_cycle(snap, queue, CONFIG).bindings)
+        assert placed == (["gpu-0", "gpu-1"] if backfills else []), deadline
+
+
 def test_a_pod_bound_but_not_started_is_expected_to_end_a_bound_from_now():
     groups = {"default/g": group("g", expected_runtime=600)}
     bound = pod("g-0", group="g", node_name="n", phase="Pending")

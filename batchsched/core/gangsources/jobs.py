@@ -6,13 +6,19 @@ how many run at once, so the gang's size is read from the Job itself.
 minMember is how many pods the Job runs at once: ``parallelism``, never more
 than the completions still to make.  A Job that has finished some indexes
 runs fewer pods, and a replacement for a failed index must not wait for
-pods that will never come back."""
+pods that will never come back.
+
+The Job's ``activeDeadlineSeconds`` is kept with the gang: the Job
+controller ends its pods by then, a runtime bound for backfill and the
+reservation (core/queueing/runtime.py)."""
 from __future__ import annotations
 
 from typing import Any, Mapping
 
 from batchsched.core.gangsources import JOB, MAX_TOTAL_COUNT
 from batchsched.core.model import GroupSpec, parse_time
+
+MAX_INT64 = 2**63 - 1
 
 
 def group_from_json(obj: Mapping[str, Any]) -> GroupSpec | None:
@@ -31,7 +37,18 @@ def group_from_json(obj: Mapping[str, Any]) -> GroupSpec | None:
         min_member=min(MAX_TOTAL_COUNT, max(1, min(parallelism, left))),
         source=JOB,
         created=parse_time(meta.get("creationTimestamp")),
+        job_deadline_seconds=deadline_seconds(spec.get("activeDeadlineSeconds"), "spec.activeDeadlineSeconds"),
     )
+
+
+def deadline_seconds(value: Any, field: str) -> int | None:
+    """A Job's ``activeDeadlineSeconds`` (an int64 > 0 the API validated);
+    None when left out.  Raises ValueError naming ``field`` for anything else."""
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 < value <= MAX_INT64:
+        raise ValueError(f"{field}: an integer from 1 to {MAX_INT64} expected")
+    return value
 
 
 def _count(value: Any, default: int) -> int:

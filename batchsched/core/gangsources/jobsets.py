@@ -15,6 +15,10 @@ at once (the Job API's defaults: parallelism 1, completions = parallelism).
   makes.  The gang is then the stages whose pods are live: minMember is
   their sum, so with the earlier stages bound the new stage is placed
   whole, and a stage whose pods all ended no longer counts.
+
+Where every replicated Job's template has an ``activeDeadlineSeconds``, the
+longest of them is the gang's Job deadline (core/queueing/runtime.py): each
+of its pods is ended by then by its own Job's controller.
 """
 from __future__ import annotations
 
@@ -23,6 +27,7 @@ from dataclasses import replace
 from typing import Any, Iterable, Mapping
 
 from batchsched.core.gangsources import JOBSET, MAX_TOTAL_COUNT
+from batchsched.core.gangsources.jobs import deadline_seconds
 from batchsched.core.model import GroupSpec, PodInfo, parse_time
 
 REPLICATED_JOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
@@ -40,6 +45,9 @@ def group_from_json(obj: Mapping[str, Any]) -> GroupSpec:
     if not isinstance(replicated, list) or not 1 <= len(replicated) <= MAX_REPLICATED_JOBS:
         raise ValueError(f"spec.replicatedJobs: 1 to {MAX_REPLICATED_JOBS} entries expected")
     stages = tuple(_stage(i, job) for i, job in enumerate(replicated))
+    deadlines = [deadline_seconds(_template_spec(i, job).get("activeDeadlineSeconds"),
+                                  f"spec.replicatedJobs[{i}].template.spec.activeDeadlineSeconds")
+                 for i, job in enumerate(replicated)]
     startup = spec.get("startupPolicy") or {}
     in_turn = (isinstance(startup, dict) and startup.get("startupPolicyOrder") == "InOrder") or any(
         isinstance(job, dict) and job.get("dependsOn") for job in replicated)
@@ -51,6 +59,7 @@ def group_from_json(obj: Mapping[str, Any]) -> GroupSpec:
         created=parse_time(meta.get("creationTimestamp")),
         stages=stages,
         stages_in_turn=in_turn,
+        job_deadline_seconds=None if None in deadlines else max(deadlines),
     )
 
 
@@ -77,17 +86,22 @@ def started(spec: GroupSpec, members: Iterable[PodInfo]) -> GroupSpec:
 def _stage(index: int, job: Any) -> tuple[str, int, int]:
     if not isinstance(job, dict) or not isinstance(job.get("name"), str):
         raise ValueError(f"spec.replicatedJobs[{index}]: a name expected")
-    template = job.get("template")
-    template = template.get("spec") if isinstance(template, dict) else None
-    if template is not None and not isinstance(template, dict):
-        raise ValueError(f"spec.replicatedJobs[{index}].template.spec: a mapping expected")
-    template = template or {}
+    template = _template_spec(index, job)
     parallelism = _count(template.get("parallelism"), 1, f"spec.replicatedJobs[{index}].template.spec.parallelism")
     completions = _count(template.get("completions"), parallelism,
                          f"spec.replicatedJobs[{index}].template.spec.completions")
     replicas = _count(job.get("replicas"), 1, f"spec.replicatedJobs[{index}].replicas")
     return (job["name"], min(MAX_TOTAL_COUNT, replicas * min(parallelism, completions)),
             min(MAX_TOTAL_COUNT, replicas * completions))
+
+
+def _template_spec(index: int, job: dict) -> dict:
+    """A replicated Job's Job spec ({} when left out)."""
+    template = job.get("template")
+    template = template.get("spec") if isinstance(template, dict) else None
+    if template is not None and not isinstance(template, dict):
+        raise ValueError(f"spec.replicatedJobs[{index}].template.spec: a mapping expected")
+    return template or {}
 
 
 def _count(value: Any, default: int, field: str) -> int:
