@@ -58,6 +58,19 @@ class VictimSelector(_Strict):
 class PreemptorSelector(_Strict):
     min_priority: int | None = Field(None, alias="minPriority")
     priority_class_names: list[str] = Field(default_factory=list, alias="priorityClassNames")
+    # PriorityClass name -> how long a gang of it waits for room to free by
+    # itself before it may evict (classes not named: at once).
+    wait_seconds: dict[str, float] = Field(default_factory=dict, alias="waitSeconds")
+
+    @field_validator("wait_seconds")
+    @classmethod
+    def _waits(cls, waits: dict[str, float]) -> dict[str, float]:
+        for name, seconds in waits.items():
+            if not name:
+                raise ValueError("waitSeconds: a PriorityClass name may not be empty")
+            if not 0 <= seconds <= MAX_SECONDS:
+                raise ValueError(f"waitSeconds[{name}]: {seconds} is not within 0..{MAX_SECONDS:g}")
+        return waits
 
 
 class PreemptionConfig(_Strict):
@@ -83,6 +96,7 @@ class PreemptionConfig(_Strict):
             opt_out_namespaces=frozenset(self.victims.opt_out_namespaces),
             preemptor_min_priority=self.preemptors.min_priority,
             preemptor_priority_classes=frozenset(self.preemptors.priority_class_names),
+            preemptor_wait_seconds=tuple(sorted(self.preemptors.wait_seconds.items())),
             max_victims_per_cycle=self.max_victims_per_cycle,
             namespace_evictions_per_hour=self.victims.max_per_namespace_per_hour,
             node_cooldown_seconds=self.node_cooldown_seconds,

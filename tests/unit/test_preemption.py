@@ -16,7 +16,7 @@ def inference(node_name: str, count: int, priority: int = 10, start: int = 0, **
 
 
 def cycle(snap, policy=POLICY, state=PreemptionState(), queue=None):
-    return schedule_cycle(snap, queue or GangQueue.from_config(CONFIG), CONFIG, policy, state)
+    return schedule_cycle(snap, queue if queue is not None else GangQueue.from_config(CONFIG), CONFIG, policy, state)
 
 
 def test_evicts_just_enough_and_nominates_the_room():
@@ -248,3 +248,31 @@ def test_max_victims_per_cycle_is_shared_by_every_preemptor_of_the_cycle():
     assert [e.preemptor for e in plan.evictions] == ["default/pod:first"] * 4
     message = plan.verdicts["default/pod:second"].message
     assert "2 left of maxVictimsPerCycle=6" in message, message
+
+
+def test_a_preemptor_class_with_a_wait_evicts_only_after_waiting_that_long():
+    """waitSeconds by PriorityClass: a "training" gang waits 600 s for room
+    to free by itself, saying so, then evicts; the same gang of a class not
+    named evicts at once."""
+    policy = replace(POLICY, preemptor_wait_seconds=(("training", 600.0),))
+    members = [replace(p, priority_class="training") for p in gang_pods("train", 2, gpu=4, priority=100)]
+    groups = [group("train", min_member=2)]
+    queue = GangQueue.from_config(CONFIG)
+    snap = snapshot([node("a", gpu=8)], inference("a", 8) + members, groups)
+    first = cycle(snap, policy, queue=queue)
+    assert first.evictions == []
+    message = first.verdicts["default/train"].message
+    assert "once it has waited 600s" in message and "PriorityClass training" in message
+    assert cycle(replace(snap, now=snap.now + 590), policy, queue=queue).evictions == []
+    assert len(cycle(replace(snap, now=snap.now + 601), policy, queue=queue).evictions) == 8
+    critical = [replace(p, priority_class="training-critical") for p in members]
+    at_once = cycle(snapshot([node("a", gpu=8)], inference("a", 8) + critical, groups), policy)
+    assert len(at_once.evictions) == 8
+
+
+def test_the_least_wait_among_a_gangs_pod_classes_counts():
+    policy = replace(POLICY, preemptor_wait_seconds=(("a", 60.0), ("b", 30.0)))
+    pods = [replace(pod("x"), priority_class="a"), replace(pod("y"), priority_class="b")]
+    assert policy.wait_before_evicting(tuple(pods)) == (30.0, "b")
+    assert policy.wait_before_evicting((replace(pod("z"), priority_class="other"),)) == (0.0, "other")
+    assert POLICY.wait_before_evicting(tuple(pods)) == (0.0, "")

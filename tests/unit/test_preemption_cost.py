@@ -155,3 +155,12 @@ def test_the_budget_is_configured_and_validated():
     for bad in (-1, "many", 1.5):
         with pytest.raises(pydantic.ValidationError):
             SchedulerConfig.model_validate({"preemption": {"victims": {"maxPerNamespacePerHour": bad}}})
+
+
+def test_preemptor_waits_are_configured_and_validated():
+    config = SchedulerConfig.model_validate({"preemption": {"preemptors": {"waitSeconds": {"training": 1800}}}})
+    assert config.preemption.policy().preemptor_wait_seconds == (("training", 1800.0),)
+    assert SchedulerConfig().preemption.policy().preemptor_wait_seconds == ()
+    for bad in ({"training": -1}, {"": 5}, {"training": "soon"}, {"training": float("nan")}, {"t": 1e12}):
+        with pytest.raises(pydantic.ValidationError):
+            SchedulerConfig.model_validate({"preemption": {"preemptors": {"waitSeconds": bad}}})

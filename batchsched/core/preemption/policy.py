@@ -27,6 +27,9 @@ class PreemptionPolicy:
     # preemptors
     preemptor_min_priority: int | None = None
     preemptor_priority_classes: frozenset[str] = frozenset()  # non-empty: only these classes
+    # (PriorityClass name, seconds) sorted: how long a gang of that class waits
+    # for room to free by itself before it may evict (classes not named: 0).
+    preemptor_wait_seconds: tuple[tuple[str, float], ...] = ()
     # limits
     max_victims_per_cycle: int = 64
     # At most this many pods of one namespace evicted by priority preemption in
@@ -49,6 +52,16 @@ class PreemptionPolicy:
             if not classes & self.preemptor_priority_classes:
                 return "its PriorityClass is not one that may preempt"
         return ""
+
+    def wait_before_evicting(self, members: tuple[PodInfo, ...]) -> tuple[float, str]:
+        """How long a gang of ``members`` waits in the queue before it may
+        evict, and the PriorityClass that says so: the least of its pods'
+        classes' waits (the pods' classes, which admission checked, not the
+        PodGroup's); (0, "") when it need not wait."""
+        if not self.preemptor_wait_seconds:
+            return 0.0, ""
+        waits = dict(self.preemptor_wait_seconds)
+        return min(((waits.get(p.priority_class, 0.0), p.priority_class) for p in members), default=(0.0, ""))
 
     def honours_opt_out(self, namespace: str) -> bool:
         return "*" in self.opt_out_namespaces or namespace in self.opt_out_namespaces
