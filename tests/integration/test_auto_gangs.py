@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from tests.integration.test_gang_scheduling import members_bound
+from tests.integration.test_gang_scheduling import job_gang, members_bound, wait_unschedulable
 from tests.integration.test_pod_status import wait_all_unschedulable
 from tests.support.frameworks import (
     JOB_INDEX, JOB_NAME_LABEL, JOB_UID_LABEL, indexed_job, leader_worker_set_group,
@@ -25,8 +25,9 @@ pytestmark = pytest.mark.e2e
 def job_pods(env, job: dict, count: int) -> list[str]:
     """The Job controller's pods of ``job``, once it made ``count`` of them,
     checked to carry what the automatic gang reads."""
+    name = job["metadata"]["name"]
     created = wait_for(f"the Job controller's {count} pods", lambda: len(
-        found := [p for p in env.pods().values() if p["metadata"]["labels"].get(JOB_NAME_LABEL) == "llama"])
+        found := [p for p in env.pods().values() if p["metadata"]["labels"].get(JOB_NAME_LABEL) == name])
         == count and found)
     uid = job["metadata"]["uid"]
     for pod in created:
@@ -55,6 +56,30 @@ def test_an_indexed_job_whose_quorum_cannot_be_placed_binds_nothing_and_says_why
     assert members_bound(env, "llama-") == []
     env.add_node("gpu3", gpus=8)
     wait_for("the whole Job bound once a 4th node is there", lambda: members_bound(env, "llama-") == names)
+
+
+def test_a_jobs_own_active_deadline_lets_its_gang_backfill_reserved_nodes(env, start_scheduler):
+    """Issue 16, point 1: two nodes drain for a reserved gang (expected to
+    fit once pods with activeDeadlineSeconds 600 are gone).  An Indexed
+    Job whose activeDeadlineSeconds (on the Job, not on its pods: the Job
+    controller enforces it) ends sooner runs there; one that ends later waits."""
+    for i in range(2):
+        env.add_node(f"gpu{i}", gpus=8)
+    job_gang(env, "running", 2, gpus=4, deadline=600)
+    start_scheduler(queue={"reservationAfterSeconds": 0, "initialBackoffSeconds": 0.2})
+    wait_for("the running gang bound", lambda: members_bound(env, "running-") == ["running-0", "running-1"])
+    job_gang(env, "big", 2, gpus=8)
+    wait_unschedulable(env, "big")
+    jobs = {}
+    for name, deadline in (("late", 3600), ("soon", 60)):
+        job = indexed_job(name, env.namespace, parallelism=1, gpus=4)
+        job["spec"]["activeDeadlineSeconds"] = deadline
+        assert "activeDeadlineSeconds" not in job["spec"]["template"]["spec"]
+        jobs[name] = job_pods(env, env.create(job), 1)
+        if name == "late":
+            wait_all_unschedulable(env, jobs[name], "reserved for a waiting gang")
+    wait_for("the Job that ends soon backfilled", lambda: members_bound(env, "soon-") == jobs["soon"])
+    assert members_bound(env, "late-") == members_bound(env, "big-") == []
 
 
 def test_a_leader_worker_set_group_binds_whole_once_its_last_worker_exists(env, start_scheduler):
