@@ -299,3 +299,23 @@ def test_the_victim_is_the_pod_that_loses_least_work_and_hostile_checkpoints_are
     assert f"{env.namespace}/{garbled}: ignoring annotation {CHECKPOINT_TIME_ANNOTATION}: 'tomorrow' is not an " \
            "RFC3339 time" in log
     assert f"{env.namespace}/{ahead}: ignoring annotation {CHECKPOINT_TIME_ANNOTATION}: it is in the future" in log
+
+
+# 12
+def test_a_preemptor_class_with_a_wait_evicts_only_once_it_has_waited(env, start_scheduler):
+    """preemptors.waitSeconds: the gang's condition says it waits for room to
+    free by itself, nothing is evicted meanwhile, then it evicts and binds."""
+    pc = Classes(env)
+    node = env.add_node("gpu0", gpus=8)
+    inference = fill_with_inference(env, [node], 8, pc.low)
+    config = preemption_config()
+    config["preemption"]["preemptors"] = {"waitSeconds": {pc.high: 6}}
+    make_gang(env, "train", 1, group_spec={"priorityClassName": pc.high}, gpus=2, cpu="1", priority_class=pc.high)
+    started = time.monotonic()
+    start_scheduler(**config)
+    message = wait_verdict(env, "train", "once it has waited 6s")
+    assert f"(preemption.preemptors.waitSeconds of PriorityClass {pc.high})" in message
+    assert alive(env, inference) == inference
+    wait_for("train bound", lambda: len(members_bound(env, "train-")) == 1, timeout=60)
+    assert time.monotonic() - started >= 6, "evicted before its wait was over"
+    assert len(alive(env, inference)) == 6
