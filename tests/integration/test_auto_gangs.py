@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from tests.integration.test_gang_scheduling import job_gang, members_bound, wait_unschedulable
+from tests.integration.test_gang_scheduling import members_bound, nodes_reserved_for_big
 from tests.integration.test_pod_status import wait_all_unschedulable
 from tests.support.frameworks import (
     JOB_INDEX, JOB_NAME_LABEL, JOB_UID_LABEL, indexed_job, leader_worker_set_group,
@@ -59,17 +59,11 @@ def test_an_indexed_job_whose_quorum_cannot_be_placed_binds_nothing_and_says_why
 
 
 def test_a_jobs_own_active_deadline_lets_its_gang_backfill_reserved_nodes(env, start_scheduler):
-    """Issue 16, point 1: two nodes drain for a reserved gang (expected to
-    fit once pods with activeDeadlineSeconds 600 are gone).  An Indexed
-    Job whose activeDeadlineSeconds (on the Job, not on its pods: the Job
-    controller enforces it) ends sooner runs there; one that ends later waits."""
-    for i in range(2):
-        env.add_node(f"gpu{i}", gpus=8)
-    job_gang(env, "running", 2, gpus=4, deadline=600)
-    start_scheduler(queue={"reservationAfterSeconds": 0, "initialBackoffSeconds": 0.2})
-    wait_for("the running gang bound", lambda: members_bound(env, "running-") == ["running-0", "running-1"])
-    job_gang(env, "big", 2, gpus=8)
-    wait_unschedulable(env, "big")
+    """Issue 16, point 1: while two nodes drain for a reserved gang, an
+    Indexed Job whose activeDeadlineSeconds (on the Job, not on its pods:
+    the Job controller enforces it) ends sooner runs there; one that ends
+    later waits."""
+    nodes_reserved_for_big(env, start_scheduler)
     jobs = {}
     for name, deadline in (("late", 3600), ("soon", 60)):
         job = indexed_job(name, env.namespace, parallelism=1, gpus=4)

@@ -382,11 +382,10 @@ def job_gang(env, name: str, size: int, gpus: int, deadline: int | None = None, 
         env.create(member)
 
 
-def test_gangs_that_end_before_the_reserved_gang_fits_backfill_its_nodes(env, start_scheduler):
-    """Issue 16, point 1: while two nodes drain for a reserved gang (expected
-    to fit once pods with activeDeadlineSeconds 600 are gone), a gang whose
-    expectedRuntimeSeconds ends sooner runs there; one whose hint ends later,
-    and one with no bound, wait."""
+def nodes_reserved_for_big(env, start_scheduler) -> None:
+    """Two 8-GPU nodes half held by a gang whose pods have
+    activeDeadlineSeconds 600, and gang "big" (two whole nodes) waiting
+    with the nodes reserved, expected to fit once those pods are gone."""
     for i in range(2):
         env.add_node(f"gpu{i}", gpus=8)
     job_gang(env, "running", 2, gpus=4, deadline=600)
@@ -394,6 +393,13 @@ def test_gangs_that_end_before_the_reserved_gang_fits_backfill_its_nodes(env, st
     wait_for("the running gang bound", lambda: members_bound(env, "running-") == ["running-0", "running-1"])
     job_gang(env, "big", 2, gpus=8)
     wait_unschedulable(env, "big")
+
+
+def test_gangs_that_end_before_the_reserved_gang_fits_backfill_its_nodes(env, start_scheduler):
+    """Issue 16, point 1: while two nodes drain for a reserved gang, a gang
+    whose expectedRuntimeSeconds ends sooner runs there; one whose hint ends
+    later, and one with no bound, wait."""
+    nodes_reserved_for_big(env, start_scheduler)
     job_gang(env, "long", 1, gpus=4, expectedRuntimeSeconds=3600)
     job_gang(env, "unbounded", 1, gpus=4)
     for name in ("long", "unbounded"):
