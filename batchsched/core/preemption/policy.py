@@ -57,7 +57,7 @@ class PreemptionPolicy:
         """How long a gang of ``members`` waits in the queue before it may
         evict, and the PriorityClass that says so: the least of its pods'
         classes' waits (the pods' classes, which admission checked, not the
-        PodGroup's); (0, "") when it need not wait."""
+        PodGroup's); a wait of 0 when it need not wait."""
         if not self.preemptor_wait_seconds:
             return 0.0, ""
         waits = dict(self.preemptor_wait_seconds)
