@@ -64,6 +64,11 @@ async def submit_gang(kube: Kube, name: str) -> None:
                          [cp.pod_body(f"{name}-{i}", "bench-new", "batchsched", name) for i in range(8)])
 
 
+def listed_in(log: str) -> dict[str, tuple[int, int, float]]:
+    """kind -> (objects, pages, seconds) of the lists the log text tells of."""
+    return {m[1]: (int(m[2]), int(m[3]), float(m[4])) for m in LISTED.finditer(log)}
+
+
 async def relisted(log_path: Path, offset: int, timeout: float = 900) -> dict[str, tuple[int, int, float]]:
     """Once the log past ``offset`` says every collection was listed: kind ->
     (objects, pages, seconds)."""
@@ -71,8 +76,7 @@ async def relisted(log_path: Path, offset: int, timeout: float = 900) -> dict[st
     while time.monotonic() < deadline:
         with open(log_path, "rb") as log:
             log.seek(offset)
-            found = {m[1]: (int(m[2]), int(m[3]), float(m[4]))
-                     for m in LISTED.finditer(log.read().decode(errors="replace"))}
+            found = listed_in(log.read().decode(errors="replace"))
         if found.keys() >= set(KINDS):
             return found
         await asyncio.sleep(0.1)
@@ -96,6 +100,7 @@ async def main_async(args) -> None:
         try:
             first, _ = await cp.wait_all_bound(kube, "bench-new", 1, timeout=900)
             rss_first = peak_rss_mib(proc.pid)
+            start_lists = listed_in(log_path.read_bytes().decode(errors="replace"))
             await cp.wait_all_bound(kube, "bench-new", 8, timeout=900)
             offset = log_path.stat().st_size
             asked = time.monotonic()
@@ -109,6 +114,8 @@ async def main_async(args) -> None:
             cp.stop(proc)
     objects, pages, seconds = lists["pods"]
     print(f"restart to first bind: {first - start:.1f} s; scheduler peak RSS then: {rss_first:.0f} MiB")
+    print("  its lists at the start (objects, pages, seconds each took): " + ", ".join(
+        f"{kind} {n} / {p} / {t:.1f} s" for kind, (n, p, t) in sorted(start_lists.items()) if kind in KINDS))
     print(f"forced relist of every collection: {relist_done - asked:.1f} s (pods: {objects} in {pages} pages, "
           f"{seconds:.1f} s); a new gang bound after it; peak RSS over the whole run: {rss:.0f} MiB")
 
