@@ -290,15 +290,16 @@ def _try_gang(snapshot: Snapshot, gangs: GangIndex, key: str, queue: GangQueue, 
             overran = _overran_hints(snapshot, gangs, gang, queue.reservation)
             said = (_preempt(snapshot, gangs, gang, preemption, preemption_state, capacity, holds.going_for(key),
                              off_limits, evicting, plan, overran=overran) + " ") if overran else ""
-            wait, priority_class = preemption.wait_before_evicting(gang.members)
-            waited = queue.waited(key, now)
-            if len(plan.nominations) == nominated_before and waited < wait:
-                said += (f"It may evict lower-priority pods once it has waited {wait:g}s for room to free "
-                         f"by itself (preemption.preemptors.waitSeconds of PriorityClass {priority_class}); "
-                         f"it has waited {waited:.0f}s.")
-            elif len(plan.nominations) == nominated_before:
-                said += _preempt(snapshot, gangs, gang, preemption, preemption_state, capacity,
-                                 holds.going_for(key), off_limits, evicting, plan)
+            if len(plan.nominations) == nominated_before:
+                wait, priority_class = preemption.wait_before_evicting(gang.members)
+                waited = queue.waited(key, now)
+                if waited < wait:
+                    said += (f"It may evict lower-priority pods once it has waited {wait:g}s for room to free "
+                             f"by itself (preemption.preemptors.waitSeconds of PriorityClass {priority_class}); "
+                             f"it has waited {waited:.0f}s.")
+                else:
+                    said += _preempt(snapshot, gangs, gang, preemption, preemption_state, capacity,
+                                     holds.going_for(key), off_limits, evicting, plan)
             reclaim = book.reclaim_for(gang) if len(plan.nominations) == nominated_before else None
             if reclaim is not None:  # its queue takes back what it lent, whatever the victims' priority
                 reclaimed = _preempt(snapshot, gangs, gang, preemption, preemption_state, capacity,
