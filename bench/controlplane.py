@@ -1,6 +1,6 @@
 """Binding throughput against the real control plane (local, kwok nodes).
 
-    .venv/bin/python bench/controlplane.py [--nodes 500] [--pods 4000] [--gang 8] [--rounds 3]
+    .venv/bin/python bench/controlplane.py [--nodes 500] [--pods 4000] [--gang 8] [--rounds 3] [--only-ab]
 
 One run, one fresh control plane, three contenders on the same nodes and the
 same number of pending pods (1 GPU each), each measured from "pods exist and
@@ -257,13 +257,15 @@ async def main_async(args) -> None:
                                                      pool, args.pods, args.gang))
                 await settle(kube, f"bench-{pool}", args.pods)
         results = {"(a) null binder": median_rate(null_rates), "(b) batchsched": median_rate(ours)}
-        results["(c) kube-scheduler, QPS 5000"] = await run_kube_scheduler(
-            kube, cluster.kubeconfig, workdir, "bench-kube-fast", "kube-fast", args.pods, 5000)
-        await settle(kube, "bench-kube-fast", args.pods)
-        results["(c) kube-scheduler, default QPS"] = await run_kube_scheduler(
-            kube, cluster.kubeconfig, workdir, "bench-kube-default", "kube-default", args.pods, None)
-        await settle(kube, "bench-kube-default", args.pods)
-        latency = await gang_latency(kube, cluster.kubeconfig, workdir, "bench-gang", "gang", 256)
+        latency = None
+        if not args.only_ab:
+            results["(c) kube-scheduler, QPS 5000"] = await run_kube_scheduler(
+                kube, cluster.kubeconfig, workdir, "bench-kube-fast", "kube-fast", args.pods, 5000)
+            await settle(kube, "bench-kube-fast", args.pods)
+            results["(c) kube-scheduler, default QPS"] = await run_kube_scheduler(
+                kube, cluster.kubeconfig, workdir, "bench-kube-default", "kube-default", args.pods, None)
+            await settle(kube, "bench-kube-default", args.pods)
+            latency = await gang_latency(kube, cluster.kubeconfig, workdir, "bench-gang", "gang", 256)
     ceiling = results["(a) null binder"]
     print(f"\n{args.nodes} nodes x 8 GPUs per contender, {args.pods} pending 1-GPU pods "
           f"(batchsched: gangs of {args.gang}), binding parallelism {args.parallel}, "
@@ -275,7 +277,8 @@ async def main_async(args) -> None:
               f"{rate.overall:.0f} |")
     print("\nper round, steady pods/s (a) / (b) = ratio: " + "; ".join(
         f"{a.steady:.0f} / {b.steady:.0f} = {b.steady / a.steady:.2f}" for a, b in zip(null_rates, ours)))
-    print(f"\n256-pod gang, eligible to all bound: {latency * 1000:.0f} ms")
+    if latency is not None:
+        print(f"\n256-pod gang, eligible to all bound: {latency * 1000:.0f} ms")
 
 
 def median_rate(rates: list[Rate]) -> Rate:
@@ -291,6 +294,8 @@ def main() -> None:
     parser.add_argument("--parallel", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=3, help="rounds of (a) and (b), alternating which goes first")
     parser.add_argument("--profile", type=Path, help="write cProfile output of each batchsched run here")
+    parser.add_argument("--only-ab", action="store_true",
+                        help="only (a) and (b): no kube-scheduler, no 256-pod gang (quicker, for comparing changes)")
     args = parser.parse_args()
     global PROFILE_DIR
     PROFILE_DIR = args.profile

@@ -104,12 +104,16 @@ class StatusWriter:
         while True:
             await self._wake.wait()
             self._wake.clear()
+            yield_until = time.monotonic() + YIELD_TO_BINDINGS_SECONDS
             await self.wait_for_bindings(YIELD_TO_BINDINGS_SECONDS)
             now = time.monotonic()
             due = [k for k in self._pending if now - self._last_write.get(k, 0) >= self.min_interval]
             for key in due:
-                status = self._pending.pop(key)
-                await self._write(key, status)
+                # Bindings may start again while these are written: each write yields anew.
+                await self.wait_for_bindings(max(0.0, yield_until - time.monotonic()))
+                status = self._pending.pop(key, None)
+                if status is not None:
+                    await self._write(key, status)
             if self._pending:
                 await asyncio.sleep(self.min_interval / 2)
                 self._wake.set()
@@ -252,8 +256,11 @@ class EventRecorder:
             "reportingInstance": self.component,
             "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1,
         }
-        await self.wait_for_bindings(YIELD_TO_BINDINGS_SECONDS)
+        yield_until = time.monotonic() + YIELD_TO_BINDINGS_SECONDS
         async with self._slots:
+            # Waited for with a slot held: events let through by an idle moment
+            # must not go on to post once bindings start again.
+            await self.wait_for_bindings(max(0.0, yield_until - time.monotonic()))
             try:
                 await self.kube.request("POST", f"/api/v1/namespaces/{quote(namespace)}/events", body=body)
             except (ApiError, OSError, asyncio.TimeoutError) as exc:

@@ -110,3 +110,36 @@ def test_memory_stays_bounded():
     run(scenario, min_interval=60, max_objects=100)
     assert kept[0] <= 100
     assert kept[1] <= 100  # the timers of forgotten objects are cancelled with them
+
+
+def test_events_yield_to_bindings_that_start_again_after_an_idle_moment():
+    """An idle moment lets at most the events holding a slot through; the
+    rest wait again once bindings are back in flight (they used to all
+    pass the wait at the first idle moment and post amid the next burst)."""
+    kube = RecordingKube()
+    seen: list[int] = []
+
+    async def main():
+        idle = asyncio.Event()
+
+        async def wait_for_bindings(at_most: float) -> None:
+            try:
+                async with asyncio.timeout(at_most):
+                    await idle.wait()
+            except TimeoutError:
+                pass
+        recorder = EventRecorder(kube, "batchsched", max_in_flight=2, wait_for_bindings=wait_for_bindings)
+        for i in range(10):
+            recorder.emit(pod_ref("ns", f"p{i}", f"u{i}"), "Normal", "Scheduled", "bound")
+        await asyncio.sleep(0.05)
+        seen.append(len(kube.posted))  # bindings in flight: nothing posted
+        idle.set()
+        await asyncio.sleep(0)  # one idle moment ...
+        idle.clear()  # ... and the next burst of bindings
+        await asyncio.sleep(0.05)
+        seen.append(len(kube.posted))
+        idle.set()
+        await asyncio.sleep(0.05)
+        seen.append(len(kube.posted))
+    asyncio.run(main())
+    assert seen == [0, 2, 10]
