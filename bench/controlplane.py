@@ -21,7 +21,9 @@ table gives the median round of each and every round's ratio.  Then one
 member's creation (the moment
 the gang becomes eligible) to all 256 bound, with batchsched already running.
 
-Prints a Markdown table of pods/s and ratios to (a).
+Prints a Markdown table of pods/s and ratios to (a), and batchsched's CPU
+seconds per 1,000 pods from its first binding to its last (its own process,
+read from /proc: far steadier from run to run than the rates).
 """
 from __future__ import annotations
 
@@ -35,7 +37,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import AsyncIterator
+from typing import AsyncIterator, Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "e2e"))
@@ -79,9 +81,11 @@ async def create_many(kube: Kube, path: str, bodies: list[dict], parallel: int =
     await asyncio.gather(*(one(b) for b in bodies))
 
 
-async def wait_all_bound(kube: Kube, ns: str, count: int, timeout: float = 600) -> tuple[float, float]:
+async def wait_all_bound(kube: Kube, ns: str, count: int, timeout: float = 600,
+                         on_first: Callable[[], None] = lambda: None) -> tuple[float, float]:
     """Watch the namespace until ``count`` pods are bound; returns the
-    monotonic times the first and the last binding were seen."""
+    monotonic times the first and the last binding were seen (``on_first``
+    is called at the first)."""
     first = None
     listing = await kube.request("GET", f"/api/v1/namespaces/{ns}/pods")
     bound = {p["metadata"]["uid"] for p in listing["items"] if p["spec"].get("nodeName")}
@@ -94,7 +98,9 @@ async def wait_all_bound(kube: Kube, ns: str, count: int, timeout: float = 600) 
             obj = ev["object"]
             rv = obj["metadata"].get("resourceVersion", rv)
             if ev["type"] in ("ADDED", "MODIFIED") and obj["spec"].get("nodeName"):
-                first = first or time.monotonic()
+                if first is None:
+                    first = time.monotonic()
+                    on_first()
                 bound.add(obj["metadata"]["uid"])
                 if len(bound) >= count:
                     break
@@ -117,10 +123,20 @@ class Rate:
     """Pods/s from the start of work (process start, or first bind call for
     the null binder) and in steady state (first to last binding seen)."""
 
-    def __init__(self, count: int, start: float, first: float, last: float):
+    def __init__(self, count: int, start: float, first: float, last: float, cpu_binding: float | None = None):
         self.overall = count / (last - start)
         self.steady = (count - 1) / max(last - first, 1e-9)
         self.startup = first - start
+        # CPU seconds the contender's process spent from its first binding to
+        # its last, per 1,000 pods (batchsched only: the null binder shares
+        # its process with the harness).
+        self.cpu_per_1000 = None if cpu_binding is None else cpu_binding * 1000 / count
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a running process (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def run_null_binder(kube: Kube, ns: str, nodes: list[str], count: int, parallel: int) -> Rate:
@@ -173,8 +189,11 @@ async def run_batchsched(kube: Kube, kubeconfig: Path, workdir: Path, ns: str, p
                        for i in range(count)])
     start = time.monotonic()
     proc = start_batchsched(kubeconfig, workdir, pool)
+    cpu_at_first: list[float] = []
     try:
-        return Rate(count, start, *(await wait_all_bound(kube, ns, count)))
+        first, last = await wait_all_bound(kube, ns, count,
+                                           on_first=lambda: cpu_at_first.append(process_cpu_seconds(proc.pid)))
+        return Rate(count, start, first, last, process_cpu_seconds(proc.pid) - cpu_at_first[0])
     finally:
         stop(proc)
 
@@ -275,6 +294,8 @@ async def main_async(args) -> None:
     for name, rate in results.items():
         print(f"| {name} | {rate.steady:.0f} | {rate.steady / ceiling.steady:.2f} | {rate.startup:.2f} | "
               f"{rate.overall:.0f} |")
+    print("\nbatchsched's CPU seconds from its first binding to its last, per 1,000 pods, each round: "
+          + ", ".join(f"{b.cpu_per_1000:.2f}" for b in ours))
     print("\nper round, steady pods/s (a) / (b) = ratio: " + "; ".join(
         f"{a.steady:.0f} / {b.steady:.0f} = {b.steady / a.steady:.2f}" for a, b in zip(null_rates, ours)))
     if latency is not None:

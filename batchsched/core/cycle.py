@@ -154,7 +154,11 @@ def schedule_cycle(snapshot: Snapshot, queue: GangQueue, config: CoreConfig = Co
     # Room nominated to preemptors waiting for their victims is theirs alone.
     holds = NominationHolds.from_snapshot(snapshot)
     withheld = holds.withheld()
-    capacity = cluster_capacity(snapshot.cluster, withheld, node_choice(snapshot.cluster, config))
+    choice = node_choice(snapshot.cluster, config)  # every cycle: its mix is kept with hysteresis
+    # Built for the first gang tried: a cycle that tries none (bindings
+    # being confirmed, pods ending) leaves the kept index to catch up on
+    # every node changed meanwhile at once, later.
+    capacity: CapacityIndex | None = None
     _retry_where_freed(snapshot, gangs, queue)
     _refresh_reservation(snapshot, gangs, queue, config, book)
     cluster_total = snapshot.cluster.total_allocatable
@@ -163,6 +167,8 @@ def schedule_cycle(snapshot: Snapshot, queue: GangQueue, config: CoreConfig = Co
     for key in book.in_turn(queue.attempts(now, config.max_gangs_per_cycle), partly_bound):
         if key in starting_over:
             continue
+        if capacity is None:
+            capacity = cluster_capacity(snapshot.cluster, withheld, choice)
         # One gang's unforeseen failure (a bug, a value no check foresaw) is
         # that gang's verdict: the gangs after it are still tried.
         before = (len(plan.bindings), len(plan.evictions), len(plan.nominations), frozenset(evicting))

@@ -32,7 +32,6 @@ queue waits with QueueNotFound).
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import functools
 import json
 import logging
@@ -48,7 +47,7 @@ from batchsched.core import gangsources
 from batchsched.core.dra import model as dra
 from batchsched.core.gangsources import jobs, jobsets, native, schedulerplugins, volcano
 from batchsched.core.model import (
-    GroupSpec, NodeInfo, PodInfo, annotated_topology, group_from_json, node_from_json, pod_from_json,
+    GroupSpec, NodeInfo, PodInfo, annotated_topology, group_from_json, node_from_json, pod_from_json, pod_with,
 )
 from batchsched.core.queues.model import QueueInfo, queue_from_json
 from batchsched.core.snapshot import Snapshot
@@ -289,7 +288,7 @@ class ClusterCache:
         try:
             pod = pod_from_json(obj, self.gang_sources, self.auto_always)
             if pod.scheduler_name in self.also_serves:
-                pod = dataclasses.replace(pod, scheduler_name=self.scheduler_name)
+                pod = pod_with(pod, scheduler_name=self.scheduler_name)
             self._check_checkpoint(pod)
             return pod
         except Exception as exc:  # noqa: BLE001 - whatever a hostile pod holds, it alone is skipped
@@ -319,7 +318,7 @@ class ClusterCache:
             if pod.node_name or pod.terminal:
                 del self.assumed[pod.uid]  # confirmed (or finished): stop assuming
             else:
-                pod = dataclasses.replace(pod, node_name=assumed[0], gpu_ids=assumed[1], bound_by_scheduler=True)
+                pod = pod_with(pod, node_name=assumed[0], gpu_ids=assumed[1], bound_by_scheduler=True)
         return pod
 
     def _trusted(self, pod: PodInfo) -> PodInfo:
@@ -343,7 +342,7 @@ class ClusterCache:
         """
         if not pod.node_name or pod.scheduler_name != self.scheduler_name:
             self.witnessed.pop(pod.uid, None)
-            return dataclasses.replace(pod, gpu_ids=()) if pod.gpu_ids else pod
+            return pod_with(pod, gpu_ids=()) if pod.gpu_ids else pod
         ids = self.witnessed.get(pod.uid)
         if ids is None:
             assumed = self.assumed.get(pod.uid)
@@ -353,13 +352,13 @@ class ClusterCache:
             elif (before is not None and not before.node_name) or not self.pods_listed:
                 ids = pod.gpu_ids
             else:
-                return dataclasses.replace(pod, gpu_ids=()) if pod.gpu_ids else pod
+                return pod_with(pod, gpu_ids=()) if pod.gpu_ids else pod
             self.witnessed[pod.uid] = ids
         if pod.gpu_ids_actual and len(pod.gpu_ids_actual) == len(ids) and self._agent_on(pod.node_name):
             ids = pod.gpu_ids_actual
         if pod.gpu_ids == ids and pod.bound_by_scheduler:
             return pod
-        return dataclasses.replace(pod, gpu_ids=ids, bound_by_scheduler=True)
+        return pod_with(pod, gpu_ids=ids, bound_by_scheduler=True)
 
     def _agent_on(self, node_name: str) -> bool:
         node = self.nodes.get(node_name)
@@ -373,7 +372,7 @@ class ClusterCache:
         if pod is None:
             return None
         held = self.pods.get(pod.uid)
-        if held is not None and dataclasses.replace(
+        if held is not None and pod_with(
                 pod, gpu_ids=held.gpu_ids, bound_by_scheduler=held.bound_by_scheduler) == held:
             return pod.uid, held
         return pod.uid, pod
@@ -793,7 +792,7 @@ class ClusterCache:
         if pod is None:
             return
         self.assumed[uid] = (node, gpu_ids)
-        self.state.put_pod(dataclasses.replace(pod, node_name=node, gpu_ids=gpu_ids, bound_by_scheduler=True))
+        self.state.put_pod(pod_with(pod, node_name=node, gpu_ids=gpu_ids, bound_by_scheduler=True))
 
     def forget(self, uid: str) -> None:
         """The binding is known not to have happened: the pod is unbound again.
@@ -807,7 +806,7 @@ class ClusterCache:
             return
         pod = self.pods.get(uid)
         if pod is not None and not pod.terminal:
-            self.state.put_pod(dataclasses.replace(pod, node_name="", gpu_ids=(), bound_by_scheduler=False))
+            self.state.put_pod(pod_with(pod, node_name="", gpu_ids=(), bound_by_scheduler=False))
             self.touched_gangs.add(pod.gang_key)  # its status counted the pod bound
         self.capacity_freed = True
         self._notify()
@@ -832,7 +831,7 @@ class ClusterCache:
         """Record (or clear, with "") the node a pending pod is nominated to."""
         pod = self.pods.get(uid)
         if pod is not None and pod.nominated_node != node_name:
-            self.state.put_pod(dataclasses.replace(pod, nominated_node=node_name))
+            self.state.put_pod(pod_with(pod, nominated_node=node_name))
 
     def nominated_pods(self) -> list[PodInfo]:
         return list(self.state.nominated_pods())

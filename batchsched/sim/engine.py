@@ -43,7 +43,7 @@ from batchsched.core.cycle import CyclePlan
 from batchsched.core.dra.extended import ExtendedClaim
 from batchsched.core.dra.model import ResourceClaim
 from batchsched.core.gpu_pools import stranded_gpus
-from batchsched.core.model import GroupSpec, NodeInfo, PodInfo, group_from_json, pod_from_json
+from batchsched.core.model import GroupSpec, NodeInfo, PodInfo, group_from_json, pod_from_json, pod_with
 from batchsched.core.preemption.plan import lost_work
 from batchsched.core.queues.model import QueueInfo
 from batchsched.core.resources import Resources
@@ -142,7 +142,7 @@ class SimCluster:
                                   f"{sorted(gpu_ids)}, not all of them free")
         self._check_claim(pod, node_name, gpu_ids, claim)
         self._take(node_name, pod.requests, ids, sign=1)
-        pod = dataclasses.replace(pod, node_name=node_name, gpu_ids=tuple(sorted(gpu_ids)),
+        pod = pod_with(pod, node_name=node_name, gpu_ids=tuple(sorted(gpu_ids)),
                                   phase="Running", started=to_unix(now), bound_by_scheduler=True)
         self.state.put_pod(pod)
         if claim is not None:

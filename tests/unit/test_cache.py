@@ -315,3 +315,22 @@ def test_a_podgroup_or_priority_class_relist_touches_only_what_changed(cache):
     assert cache.drain_changes()[0] == {"ns/b"}
     relist(cache, "podgroups", [group_json("a")])
     assert cache.drain_changes()[0] == {"ns/b", "ns/c"}
+
+
+def test_pod_with_is_dataclasses_replace_without_the_values_cached_on_the_pod():
+    import dataclasses
+
+    from batchsched.core.model import PodInfo, pod_with
+    from batchsched.core.placement.capacity import shape_key
+
+    pod = PodInfo("u1", "ns", "p", group="g", requests={"nvidia.com/gpu": 2}, gpu_ids=(1, 2))
+    assert pod.gang_key == "ns/g" and shape_key(pod)  # cached on the instance
+    changes = {"group": "h", "node_name": "n1", "gpu_ids": (3, 4), "bound_by_scheduler": True,
+               "requests": {"nvidia.com/gpu": 4}}
+    moved = pod_with(pod, **changes)
+    assert moved == dataclasses.replace(pod, **changes)
+    assert moved.gang_key == "ns/h"  # not the cached "ns/g"
+    assert shape_key(moved) == shape_key(dataclasses.replace(pod, **changes))
+    assert pod_with(pod) == pod and pod_with(pod) is not pod
+    with pytest.raises(TypeError, match="no field nodeName"):
+        pod_with(pod, nodeName="n1")
