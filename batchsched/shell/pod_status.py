@@ -91,11 +91,12 @@ class PodConditionWriter:
         while True:
             await self._wake.wait()
             self._wake.clear()
+            yield_until = time.monotonic() + YIELD_TO_BINDINGS_SECONDS
             await self.wait_for_bindings(YIELD_TO_BINDINGS_SECONDS)
             now = self.clock()
             due = [uid for uid in self._pending
                    if now - self._last_write.get(uid, -math.inf) >= self.min_interval]
-            outcomes = await asyncio.gather(*(self._write(uid, self._pending.pop(uid)) for uid in due),
+            outcomes = await asyncio.gather(*(self._write(uid, self._pending.pop(uid), yield_until) for uid in due),
                                             return_exceptions=True)  # a bug in one write must not end the writer
             for outcome in outcomes:
                 if isinstance(outcome, Exception):
@@ -108,10 +109,13 @@ class PodConditionWriter:
                 await asyncio.sleep(max(self.min_interval, RETRY_SECONDS) / 2)
                 self._wake.set()
 
-    async def _write(self, uid: str, message: str) -> str | None:
-        """Writes one pod's condition; returns why it failed, if it did and is retried."""
+    async def _write(self, uid: str, message: str, yield_until: float) -> str | None:
+        """Writes one pod's condition; returns why it failed, if it did and is retried.
+        With a slot held, it yields again to bindings that started since the
+        writer's wait (until ``yield_until``, ``time.monotonic``)."""
         async with self._slots:
-            pod = self.lookup(uid)  # read now, after the wait for a slot: its resourceVersion is the latest
+            await self.wait_for_bindings(max(0.0, yield_until - time.monotonic()))
+            pod = self.lookup(uid)  # read now, after the waits: its resourceVersion is the latest
             if pod is None or not pod.awaits_placement:
                 self.forget(uid)  # bound (PodScheduled is the binding's now), gated, or gone
                 return None
