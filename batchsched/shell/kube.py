@@ -29,10 +29,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import json
 import logging
 import math
 import os
+import sys
+import types
 from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,8 +44,33 @@ from urllib.parse import quote
 
 import aiohttp
 import yaml
-from kubernetes.aio import client, config
-from kubernetes.aio.config.config_exception import ConfigException
+
+
+def _without_the_sync_client() -> None:
+    """Let ``kubernetes.aio`` load without the synchronous client.
+
+    It lives inside the ``kubernetes`` package, whose ``__init__`` imports
+    the whole synchronous client, config, watch, dynamic and stream modules
+    (~225 modules, 0.1-0.2 s of every start: bench/RESULTS.md), none of
+    which ``kubernetes.aio`` uses.  Unless something imported ``kubernetes``
+    already, the package is entered as a bare namespace over the same
+    directory; ``from kubernetes import client`` still works (it imports the
+    submodule), only attributes its ``__init__`` would have set are absent.
+    """
+    if "kubernetes" in sys.modules:
+        return
+    spec = importlib.util.find_spec("kubernetes")
+    if spec is None or not spec.submodule_search_locations:
+        return  # not installed as a package: the import below says so
+    package = types.ModuleType("kubernetes")
+    package.__path__ = list(spec.submodule_search_locations)
+    package.__spec__ = spec
+    sys.modules["kubernetes"] = package
+
+
+_without_the_sync_client()
+from kubernetes.aio import client, config  # noqa: E402
+from kubernetes.aio.config.config_exception import ConfigException  # noqa: E402
 
 log = logging.getLogger(__name__)
 

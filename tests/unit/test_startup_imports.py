@@ -44,3 +44,15 @@ def test_choosing_gpus_loads_no_networkx():
                                "print('networkx' in sys.modules)"],
         check=True, capture_output=True, text=True).stdout.strip()
     assert loaded == "False"
+
+
+def test_starting_the_scheduler_loads_not_the_synchronous_kubernetes_client():
+    """kubernetes.aio alone (shell/kube.py): the package's __init__ would
+    load the whole synchronous client, ~225 modules nothing here uses; a
+    later ``from kubernetes import client`` (the tests' own helpers) still works."""
+    out = subprocess.run(
+        [sys.executable, "-c", "import sys, batchsched.cli, batchsched.shell.scheduler; "
+                               "print('kubernetes.client' in sys.modules, 'kubernetes.aio.client' in sys.modules); "
+                               "from kubernetes import client; print(hasattr(client, 'CoreV1Api'))"],
+        check=True, capture_output=True, text=True).stdout.split()
+    assert out == ["False", "True", "True"]
