@@ -192,7 +192,6 @@ class PodInfo:
         return f"{self.namespace}/pod:{self.name}"
 
 
-
 _POD_FIELDS = frozenset(PodInfo.__dataclass_fields__)
 
 
@@ -209,6 +208,7 @@ def pod_with(pod: PodInfo, **changes: Any) -> PodInfo:
     state.update({name: value for name, value in pod.__dict__.items() if name in _POD_FIELDS})
     state.update(changes)
     return new
+
 
 @dataclass(frozen=True)
 class NodeInfo:

@@ -143,7 +143,7 @@ class SimCluster:
         self._check_claim(pod, node_name, gpu_ids, claim)
         self._take(node_name, pod.requests, ids, sign=1)
         pod = pod_with(pod, node_name=node_name, gpu_ids=tuple(sorted(gpu_ids)),
-                                  phase="Running", started=to_unix(now), bound_by_scheduler=True)
+                       phase="Running", started=to_unix(now), bound_by_scheduler=True)
         self.state.put_pod(pod)
         if claim is not None:
             self._put_claim(pod, claim)

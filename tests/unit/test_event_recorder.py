@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 
 from batchsched.shell.status import EventRecorder, node_ref, pod_ref
+from tests.unit.yield_support import BindingsInFlight
 
 POD = pod_ref("team-a", "train-0", "uid-0")
 
@@ -117,29 +118,11 @@ def test_events_yield_to_bindings_that_start_again_after_an_idle_moment():
     rest wait again once bindings are back in flight (they used to all
     pass the wait at the first idle moment and post amid the next burst)."""
     kube = RecordingKube()
-    seen: list[int] = []
 
     async def main():
-        idle = asyncio.Event()
-
-        async def wait_for_bindings(at_most: float) -> None:
-            try:
-                async with asyncio.timeout(at_most):
-                    await idle.wait()
-            except TimeoutError:
-                pass
-        recorder = EventRecorder(kube, "batchsched", max_in_flight=2, wait_for_bindings=wait_for_bindings)
+        bindings = BindingsInFlight()
+        recorder = EventRecorder(kube, "batchsched", max_in_flight=2, wait_for_bindings=bindings.wait_for_bindings)
         for i in range(10):
             recorder.emit(pod_ref("ns", f"p{i}", f"u{i}"), "Normal", "Scheduled", "bound")
-        await asyncio.sleep(0.05)
-        seen.append(len(kube.posted))  # bindings in flight: nothing posted
-        idle.set()
-        await asyncio.sleep(0)  # one idle moment ...
-        idle.clear()  # ... and the next burst of bindings
-        await asyncio.sleep(0.05)
-        seen.append(len(kube.posted))
-        idle.set()
-        await asyncio.sleep(0.05)
-        seen.append(len(kube.posted))
-    asyncio.run(main())
-    assert seen == [0, 2, 10]
+        return await bindings.writes_around_an_idle_moment(lambda: len(kube.posted))
+    assert asyncio.run(main()) == [0, 2, 10]

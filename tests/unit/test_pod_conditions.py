@@ -9,6 +9,7 @@ import dataclasses
 from batchsched.core.model import PodInfo, pod_from_json
 from batchsched.shell.kube import ApiError
 from batchsched.shell.pod_status import PodConditionWriter
+from tests.unit.yield_support import BindingsInFlight
 
 
 class RecordingKube:
@@ -205,31 +206,14 @@ def test_writes_yield_to_bindings_that_start_again_after_an_idle_moment():
     """An idle moment lets through only the writes holding a slot; the rest
     wait again once bindings are back in flight."""
     kube = RecordingKube()
-    seen: list[int] = []
 
     async def scenario():
-        idle = asyncio.Event()
-
-        async def wait_for_bindings(at_most: float) -> None:
-            try:
-                async with asyncio.timeout(at_most):
-                    await idle.wait()
-            except TimeoutError:
-                pass
+        bindings = BindingsInFlight()
         pods = {p.uid: p for p in (pending(f"train-{i}") for i in range(10))}
         writer = await running_writer(kube, pods, min_interval=0, max_in_flight=2,
-                                      wait_for_bindings=wait_for_bindings)
+                                      wait_for_bindings=bindings.wait_for_bindings)
         for pod in pods.values():
             writer.update(pod, "gang team-a/train (Unschedulable): 0/4 nodes are available")
-        await asyncio.sleep(0.05)
-        seen.append(len(kube.patches))  # bindings in flight: nothing written
-        idle.set()
-        await asyncio.sleep(0)  # one idle moment ...
-        idle.clear()  # ... and the next burst of bindings
-        await asyncio.sleep(0.05)
-        seen.append(len(kube.patches))
-        idle.set()
-        await asyncio.sleep(0.1)
-        seen.append(len(kube.patches))
-    asyncio.run(scenario())
+        return await bindings.writes_around_an_idle_moment(lambda: len(kube.patches))
+    seen = asyncio.run(scenario())
     assert seen[0] == 0 and seen[1] <= 2 and seen[2] == 10  # at most the slots' worth amid the burst
