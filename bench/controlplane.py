@@ -22,8 +22,10 @@ member's creation (the moment
 the gang becomes eligible) to all 256 bound, with batchsched already running.
 
 Prints a Markdown table of pods/s and ratios to (a), and batchsched's CPU
-seconds per 1,000 pods from its first binding to its last (its own process,
-read from /proc: far steadier from run to run than the rates).
+seconds from its first binding to its last (its own process, read from
+/proc), per 1,000 pods and as a share of one core over that window: a
+share well below 1 says its process waits on the API server rather than
+on its own work.
 """
 from __future__ import annotations
 
@@ -131,6 +133,7 @@ class Rate:
         # its last, per 1,000 pods (batchsched only: the null binder shares
         # its process with the harness).
         self.cpu_per_1000 = None if cpu_binding is None else cpu_binding * 1000 / count
+        self.cpu_share = None if cpu_binding is None else cpu_binding / max(last - first, 1e-9)
 
 
 def process_cpu_seconds(pid: int) -> float:
@@ -294,8 +297,9 @@ async def main_async(args) -> None:
     for name, rate in results.items():
         print(f"| {name} | {rate.steady:.0f} | {rate.steady / ceiling.steady:.2f} | {rate.startup:.2f} | "
               f"{rate.overall:.0f} |")
-    print("\nbatchsched's CPU seconds from its first binding to its last, per 1,000 pods, each round: "
-          + ", ".join(f"{b.cpu_per_1000:.2f}" for b in ours))
+    print("\nbatchsched's CPU from its first binding to its last, each round: seconds per 1,000 pods "
+          + ", ".join(f"{b.cpu_per_1000:.2f}" for b in ours) + "; share of one core "
+          + ", ".join(f"{b.cpu_share:.2f}" for b in ours))
     print("\nper round, steady pods/s (a) / (b) = ratio: " + "; ".join(
         f"{a.steady:.0f} / {b.steady:.0f} = {b.steady / a.steady:.2f}" for a, b in zip(null_rates, ours)))
     if latency is not None:
