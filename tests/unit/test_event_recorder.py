@@ -124,5 +124,5 @@ def test_events_yield_to_bindings_that_start_again_after_an_idle_moment():
         recorder = EventRecorder(kube, "batchsched", max_in_flight=2, wait_for_bindings=bindings.wait_for_bindings)
         for i in range(10):
             recorder.emit(pod_ref("ns", f"p{i}", f"u{i}"), "Normal", "Scheduled", "bound")
-        return await bindings.writes_around_an_idle_moment(lambda: len(kube.posted))
+        return await bindings.writes_around_an_idle_moment(lambda: len(kube.posted), total=10)
     assert asyncio.run(main()) == [0, 2, 10]

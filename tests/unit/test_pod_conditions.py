@@ -214,6 +214,6 @@ def test_writes_yield_to_bindings_that_start_again_after_an_idle_moment():
                                       wait_for_bindings=bindings.wait_for_bindings)
         for pod in pods.values():
             writer.update(pod, "gang team-a/train (Unschedulable): 0/4 nodes are available")
-        return await bindings.writes_around_an_idle_moment(lambda: len(kube.patches))
+        return await bindings.writes_around_an_idle_moment(lambda: len(kube.patches), total=10)
     seen = asyncio.run(scenario())
     assert seen[0] == 0 and seen[1] <= 2 and seen[2] == 10  # at most the slots' worth amid the burst

@@ -19,9 +19,10 @@ class BindingsInFlight:
         except TimeoutError:
             pass
 
-    async def writes_around_an_idle_moment(self, written: Callable[[], int]) -> list[int]:
+    async def writes_around_an_idle_moment(self, written: Callable[[], int], total: int) -> list[int]:
         """How many writes were made: while bindings are in flight; after
-        one idle moment and the next burst of bindings; once idle for good."""
+        one idle moment and the next burst of bindings; once idle for good
+        (waiting up to 5 s for ``total``)."""
         await asyncio.sleep(0.05)
         seen = [written()]
         self.idle.set()
@@ -30,6 +31,8 @@ class BindingsInFlight:
         await asyncio.sleep(0.05)
         seen.append(written())
         self.idle.set()
-        await asyncio.sleep(0.1)
+        async with asyncio.timeout(5):
+            while written() < total:
+                await asyncio.sleep(0.01)
         seen.append(written())
         return seen
