@@ -1,12 +1,13 @@
 """EventRecorder's rules: never stale, rate-limited per object and reason,
-latest wins, memory bounded.  Only the bookkeeping is under test here (a
+latest wins, memory bounded; it and the PodGroup status writer yield to
+bindings.  Only the bookkeeping is under test here (a
 recording stand-in for Kube); tests/integration/test_pod_status.py posts
 the same Events to a real API server."""
 from __future__ import annotations
 
 import asyncio
 
-from batchsched.shell.status import EventRecorder, node_ref, pod_ref
+from batchsched.shell.status import EventRecorder, StatusWriter, node_ref, pod_ref
 from tests.unit.yield_support import BindingsInFlight
 
 POD = pod_ref("team-a", "train-0", "uid-0")
@@ -126,3 +127,27 @@ def test_events_yield_to_bindings_that_start_again_after_an_idle_moment():
             recorder.emit(pod_ref("ns", f"p{i}", f"u{i}"), "Normal", "Scheduled", "bound")
         return await bindings.writes_around_an_idle_moment(lambda: len(kube.posted), total=10)
     assert asyncio.run(main()) == [0, 2, 10]
+
+
+def test_podgroup_status_writes_yield_to_bindings_that_start_again_after_an_idle_moment():
+    """The status writer writes one group at a time: an idle moment lets
+    the first through, the rest wait for the next burst of bindings to end."""
+    written: list[str] = []
+
+    class PatchingKube:
+        async def merge_patch(self, path, patch):
+            written.append(path)
+            await asyncio.sleep(0.001)
+            return {}
+
+    async def main():
+        bindings = BindingsInFlight()
+        writer = StatusWriter(PatchingKube(), min_interval=0, wait_for_bindings=bindings.wait_for_bindings)
+        task = asyncio.get_running_loop().create_task(writer.run())
+        for i in range(10):
+            writer.update(f"team-a/g{i}", {"phase": "Running"})
+        seen = await bindings.writes_around_an_idle_moment(lambda: len(written), total=10)
+        task.cancel()
+        return seen
+    seen = asyncio.run(main())
+    assert seen[0] == 0 and seen[1] <= 1 and seen[2] == 10
