@@ -30,7 +30,8 @@ from batchsched.core.gangs import Gang, GangIndex, foreign_note, members_selecto
 from batchsched.core.model import PodInfo, TopologyPolicy
 from batchsched.core.placement.capacity import CapacityIndex, NodeEntry, cluster_capacity, kept_index
 from batchsched.core.placement.fragmentation import node_choice
-from batchsched.core.placement.gang import Assignment, GangPlan, PlanFailure, min_resources_beyond, plan_gang
+from batchsched.core.placement.gang import (Assignment, GangPlan, PlanFailure, min_resources_beyond, places_none,
+                                            plan_gang)
 from batchsched.core.preemption.plan import NominationHolds, NoPreemption, plan_preemption
 from batchsched.core.preemption.policy import PreemptionPolicy, PreemptionState
 from batchsched.core.placement.fit import REASON_RESERVED
@@ -169,6 +170,9 @@ def schedule_cycle(snapshot: Snapshot, queue: GangQueue, config: CoreConfig = Co
             continue
         if capacity is None:
             capacity = cluster_capacity(snapshot.cluster, withheld, choice)
+        if _room_taken_before_its_turn(snapshot, gangs[key], queue, config, preemption, book, holds, capacity):
+            queue.resume_backoff(key)
+            continue
         # One gang's unforeseen failure (a bug, a value no check foresaw) is
         # that gang's verdict: the gangs after it are still tried.
         before = (len(plan.bindings), len(plan.evictions), len(plan.nominations), frozenset(evicting))
@@ -229,6 +233,25 @@ def _fits_one_pod(gangs: Mapping[str, Gang], rooms: Callable[[], list[Resources]
 
     known = functools.cache(rooms)
     return lambda key: any(fits(p) for p in gangs[key].pending)
+
+
+def _room_taken_before_its_turn(snapshot: Snapshot, gang: Gang, queue: GangQueue, config: CoreConfig,
+                                preemption: PreemptionPolicy, book: QueueBook, holds: NominationHolds,
+                                capacity: CapacityIndex) -> bool:
+    """A gang that freed room woke from its backoff (``_retry_where_freed``)
+    finds, at its turn, no node with room for even one of its pods: gangs
+    before it in this cycle took the room, or it is on nodes reserved
+    against it.  Its attempt could only fail, with nothing else to do (it
+    may not evict, holds no nominated room), so it is not made: when one
+    node frees, the gangs woken by it do not all fail there in turn."""
+    if not queue.woken_by_freed(gang.key, snapshot.now) or not gang.need or gang.key in holds.claims:
+        return False
+    if preemption.enabled and (book.active or not preemption.may_preempt(gang.spec, gang.priority, gang.members)):
+        return False
+    reserved = queue.reserved_against(gang.key)
+    if reserved and any(_backfills(snapshot, (pod,), queue.reservation) for pod in gang.pending):
+        reserved = frozenset()
+    return places_none(gang.pending, capacity, reserved=reserved, policy=placement_policy(gang, config))
 
 
 def _start_over_partial_gangs(gangs: Mapping[str, Gang], queue: GangQueue, now: float, timeout: float,

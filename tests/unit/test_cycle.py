@@ -1,5 +1,7 @@
 from dataclasses import replace
 
+import pytest
+
 from batchsched.core.cluster import ClusterState
 from batchsched.core.config import CoreConfig
 from batchsched.core.cycle import CyclePlan, schedule_cycle
@@ -393,3 +395,87 @@ def test_churn_that_cannot_help_a_gang_leaves_its_backoff_alone():
         cluster.remove_pod(p.uid)
     queue.capacity_freed()
     assert bound_names(schedule_cycle(Snapshot.of(cluster, {}, T0 + 0.6), queue, CONFIG)) == {"whole": "gpu-0"}
+
+
+def test_gangs_woken_by_room_an_earlier_gang_took_are_not_tried_and_keep_their_backoff():
+    """One node frees room for one pod; every backed-off gang that pod
+    could be is woken, the first takes it, and the rest, finding no node
+    for any of their pods at their turn, go back to their backoff untried
+    (an attempt could only fail)."""
+    queue = replace_queue = GangQueue.from_config(replace(CONFIG, max_backoff=60))
+    blockers = [pod(f"theirs-{j}", gpu=8, node_name=f"gpu-{j}", phase="Running", scheduler="default-scheduler")
+                for j in range(2)]
+    cluster = ClusterState("batchsched", [node(f"gpu-{j}", gpu=8) for j in range(2)],
+                           blockers + [pod(f"lone-{k}", gpu=8, created=k) for k in range(4)])
+    for t in (0, 1.5, 4, 8.5):  # four failures each: backoff 8 s
+        plan = schedule_cycle(Snapshot.of(cluster, {}, T0 + t), queue, CONFIG)
+        assert len(plan.verdicts) == 4 and not plan.bindings
+    cluster.remove_pod(blockers[0].uid)  # room for one of them
+    queue.capacity_freed()
+    plan = schedule_cycle(Snapshot.of(cluster, {}, T0 + 9), queue, CONFIG)
+    assert bound_names(plan) == {"lone-0": "gpu-0"}
+    assert set(plan.verdicts) == {"default/pod:lone-0"}  # the others were not tried
+    for k in (1, 2, 3):  # their backoff goes on where it was
+        assert not replace_queue.ready(f"default/pod:lone-{k}", T0 + 16)
+        assert replace_queue.ready(f"default/pod:lone-{k}", T0 + 16.5)
+
+
+def test_a_gang_woken_by_room_on_nodes_reserved_against_it_is_not_tried():
+    queue = new_queue()
+    nodes = [node("gpu-0", gpu=8), node("gpu-1", gpu=8), node("gpu-2", gpu=8)]
+    running = [pod(name, gpu=gpu, node_name=node_name, phase="Running", created=-100, owner="Job",
+                   restart_policy="Never")
+               for name, gpu, node_name in (("r0", 8, "gpu-0"), ("r1", 4, "gpu-1"), ("r2", 6, "gpu-2"))]
+    snap = snapshot(nodes, running + gang_pods("big", 2, gpu=8), [group("big", min_member=2)])
+    schedule_cycle(snap, queue, CONFIG)
+    snap = later(snap, 70, pod("small", gpu=2, created=70))
+    plan = schedule_cycle(snap, queue, CONFIG)  # big reserves gpu-1 and gpu-2; small may not go there
+    assert queue.reservation.nodes == {"gpu-1", "gpu-2"} and plan.verdicts["default/pod:small"].reason == \
+        "Unschedulable"
+    snap = later(snap, 0.5, replace(snap.pods["uid-default-r1"], phase="Succeeded"))  # gpu-1 all free
+    queue.capacity_freed()
+    plan = schedule_cycle(snap, queue, CONFIG)
+    assert not plan.bindings and "default/pod:small" not in plan.verdicts  # room only where it may not go
+    assert not queue.ready("default/pod:small", snap.now)
+
+
+@pytest.mark.parametrize("preempting", [False, True])
+def test_a_gang_is_skipped_only_when_its_attempt_would_fail(monkeypatch, preempting):
+    """Over a busy simulated burst (pods ending, reservations, GPU sets;
+    with preemption, lone pods are inference the gangs may evict): every
+    gang put back to its backoff untried is planned as the attempt would
+    have planned it, on the same index at the same moment, and fails."""
+    import batchsched.core.cycle as cycle_module
+    from batchsched.config import SchedulerConfig
+    from batchsched.core.placement.gang import PlanFailure, plan_gang
+    from batchsched.sim.cluster import NodeGroup, build_nodes, builtin_topologies
+    from batchsched.sim.engine import Simulation
+    from batchsched.sim.policies import BatchschedPolicy
+    from batchsched.sim.workload import Job
+
+    decided = {"skipped": 0}
+    real = cycle_module._room_taken_before_its_turn
+
+    def checked(snapshot, gang, queue, config, preemption, book, holds, capacity):
+        skipped = real(snapshot, gang, queue, config, preemption, book, holds, capacity)
+        if skipped:
+            decided["skipped"] += 1
+            attempt = plan_gang(gang.pending, gang.need, capacity, reserved=queue.reserved_against(gang.key),
+                                **cycle_module._topology_args(gang, config))
+            assert isinstance(attempt, PlanFailure), gang.key  # a failure leaves the index as it was
+        return skipped
+
+    monkeypatch.setattr(cycle_module, "_room_taken_before_its_turn", checked)
+    boards = builtin_topologies()
+    nodes = build_nodes([NodeGroup(name=b, gpus=8, cpu="256", memory="2Ti", count=6, topology=boards[b],
+                                   topology_name=b) for b in ("dgx-a100", "pcie-8gpu")])
+    sizes = [1, 1, 1, 2, 4, 1, 8, 2, 1, 1]
+    jobs = [Job(name=f"job-{i}", arrival=i * 0.1, duration=30 + 7 * (i % 5), pods=sizes[i % len(sizes)],
+                min_member=sizes[i % len(sizes)], gpus=(1, 2, 4, 8)[i % 4] if sizes[i % len(sizes)] == 1 else 8,
+                cpu="2", memory="8Gi", namespace="t", priority=100 if sizes[i % len(sizes)] == 1 else 1000)
+            for i in range(120)]
+    # (lone pods may not preempt: they are the ones skipped then)
+    config = SchedulerConfig.model_validate({"preemption": {"enabled": preempting, "preemptors": {"minPriority": 500}}})
+    result = Simulation(nodes, jobs, BatchschedPolicy(config)).run()
+    assert result.pods_never_placed == 0
+    assert decided["skipped"] > 20  # the burst does wake gangs for room others take

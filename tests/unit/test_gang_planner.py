@@ -266,6 +266,28 @@ def test_one_index_across_many_gangs_matches_a_fresh_index_every_time():
                     assert amount >= min(before[name].get(resource, 0), 0), (case, g, name, resource)
 
 
+def test_failure_counts_kept_for_a_reservation_follow_every_commit():
+    """Gangs failing one after another against the same reserved set share
+    a view's counts; a plan committed between them changes the counts."""
+    rng = random.Random(11)
+    for case in range(40):
+        nodes = [node(f"n{i}", cpu=str(rng.randint(2, 16)), gpu=rng.choice([0, 4, 8]), pods=rng.randint(1, 8))
+                 for i in range(rng.randint(2, 10))]
+        by_name = {n.name: n for n in nodes}
+        free = {n.name: dict(n.allocatable) for n in nodes}
+        capacity = CapacityIndex(by_name, free)
+        reservations = [frozenset(n.name for n in nodes if rng.random() < 0.3) for _ in range(2)]
+        for g in range(12):
+            gang = [pod(f"g{g}-{j}", group=f"g{g}", cpu=rng.randint(1, 4), gpu=rng.choice([1, 2, 4]))
+                    for j in range(rng.randint(1, 3))]
+            probe = [pod(f"probe{g}", group=f"probe{g}", cpu=2, gpu=4)]  # often fits nowhere: counts asked
+            for pods in (gang, probe):
+                reserved = rng.choice(reservations)
+                fresh = CapacityIndex(by_name, {k: dict(v) for k, v in free.items()})
+                expected = plan_gang(pods, len(pods), fresh, reserved=reserved)
+                assert plan_gang(pods, len(pods), capacity, reserved=reserved) == expected, (case, g)
+
+
 def test_cordoned_or_not_ready_nodes_still_count_as_room_a_gang_may_get_back():
     nodes = [node("a", gpu=8, unschedulable=True), node("b", gpu=8, ready=False)]
     result, _ = plan(gang_pods("g", 2, gpu=8), 2, nodes)

@@ -95,6 +95,9 @@ class ShapeView:
         self._picks: dict[tuple, tuple] = {}  # _pick_key -> (its topology, pick's answer)
         self._short: dict[str, list[str]] = {}  # feasible node -> resources it lacks
         self._short_counts: Counter = Counter()
+        # reason_counts for a reserved set alone, until a node is filed anew:
+        # the gangs that fail one after another in a cycle ask it alike
+        self._counts_for: tuple[frozenset[str], Counter] | None = None
         self._heap: list[Entry] = []
         self._stash: list[Entry] = []  # popped by the current attempt
         if like is not None:
@@ -201,6 +204,9 @@ class ShapeView:
         nodes off-limits and ``taken`` and ``rooms`` overriding the index's.
         ``reserved`` may map each node to why it is off-limits (default: a
         reservation)."""
+        kept = self._counts_for
+        if not taken and kept is not None and kept[0] == reserved:
+            return Counter(kept[1])
         counts = self._static_counts + self._short_counts
         why = reserved.get if isinstance(reserved, Mapping) else lambda name, default: default
         for name in self.feasible.intersection(reserved):
@@ -212,7 +218,10 @@ class ShapeView:
                 pick = self.pick(name, free, rooms.get(name, self._index.rooms.get(name)))
                 if isinstance(pick, list):
                     counts.update(pick)
-        return +counts  # drops the zero counts
+        counts = +counts  # drops the zero counts
+        if not taken and isinstance(reserved, frozenset):
+            self._counts_for = (reserved, Counter(counts))
+        return counts
 
     def never_counts(self) -> Counter:
         """Per-reason counts of the nodes that could not hold a pod of this
@@ -258,6 +267,7 @@ class ShapeView:
 
     def _classify(self, name: str, push: bool = True) -> None:
         """File a feasible node as fitting (heap) or short (reasons)."""
+        self._counts_for = None
         short = self._short.pop(name, None)
         if short:
             self._short_counts.subtract(short)
@@ -283,6 +293,7 @@ class ShapeView:
     def node_changed(self, name: str) -> None:
         """Node ``name`` was added, removed or replaced in the index's nodes
         (its version already bumped, so its old heap entries are stale)."""
+        self._counts_for = None
         reason = self._static.pop(name, None)
         if reason is not None:
             self._static_counts[reason] -= 1

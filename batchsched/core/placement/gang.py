@@ -338,6 +338,19 @@ def _never_fits(shapes: Sequence[_Shape], need: int, total_nodes: int,
     return f"even with every node empty {most} fit: " + "; ".join(parts)
 
 
+def places_none(pods: Sequence[PodInfo], capacity: CapacityIndex, *, reserved: Collection[str] = frozenset(),
+                policy: TopologyPolicy = TopologyPolicy()) -> bool:
+    """Whether no node outside ``reserved`` fits even one of ``pods`` now
+    (their GPU sets included), so that ``plan_gang`` would place none:
+    asked of each shape's best node, without planning."""
+    shapes = _shapes(pods, capacity, policy)
+    try:
+        return all(shape.view.peek(reserved) is None for shape in shapes)
+    finally:
+        for shape in shapes:
+            shape.view.restore()
+
+
 def plan_gang(
     pods: Sequence[PodInfo],
     need: int,

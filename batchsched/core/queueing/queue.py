@@ -26,7 +26,8 @@ Backoff
     also detected by ``sync`` from the gang's signature), and when capacity
     frees up (``capacity_freed``) for the gangs the freed capacity may help:
     ``retry_if_freed`` asks the cycle, which knows the nodes and the gangs'
-    pods.
+    pods.  A gang so woken whose room others took before its turn goes back
+    to its backoff untried (``woken_by_freed``, ``resume_backoff``).
 
     A binding the API refused (an admission webhook, a quota) backs the gang
     off on its own clock (``record_bind_refused``), doubling the same way;
@@ -135,6 +136,9 @@ class GangQueue:
         self._pass = 0  # the current pass over the queue (``attempts``)
         self._paused_at: float | None = None  # when the budget cut the current pass short
         self._freed = False  # capacity freed since the last ``retry_if_freed``
+        # gang key -> (failures, retry at) before ``retry_if_freed`` ended its
+        # backoff, until it is tried (or touched, or leaves)
+        self._woken: dict[str, tuple[int, float]] = {}
 
     @classmethod
     def from_config(cls, config: CoreConfig) -> GangQueue:
@@ -195,6 +199,7 @@ class GangQueue:
 
     def remove(self, key: str) -> None:
         entry = self._entries.pop(key, None)
+        self._woken.pop(key, None)
         if entry is not None:
             self._order.remove(entry.order)
             self._release_if_held_by(key)
@@ -226,6 +231,7 @@ class GangQueue:
         entry = self._entries.get(gang_key)
         if entry is None:
             return
+        self._woken.pop(gang_key, None)
         entry.failures = 0
         entry.retry_at = 0.0
         entry.hopeless = False
@@ -250,10 +256,25 @@ class GangQueue:
         self._freed = False
         for entry in self._entries.values():
             if entry.retry_at and may_fit(entry.key):
+                self._woken[entry.key] = (entry.failures, entry.retry_at)
                 entry.failures = 0
                 entry.retry_at = 0.0
             if entry.hopeless and may_fit_drained(entry.key):
                 entry.hopeless = False
+
+    def woken_by_freed(self, gang_key: str, now: float) -> bool:
+        """Whether it is ready only because ``retry_if_freed`` ended its
+        backoff (not tried since, and that backoff would still run)."""
+        woken = self._woken.get(gang_key)
+        return woken is not None and woken[1] > now
+
+    def resume_backoff(self, gang_key: str) -> None:
+        """Undo what ``retry_if_freed`` did for it: the room freed was
+        taken before its turn, so its backoff goes on as before."""
+        woken = self._woken.pop(gang_key, None)
+        entry = self._entries.get(gang_key)
+        if woken is not None and entry is not None:
+            entry.failures, entry.retry_at = woken
 
     def set_waiting_since(self, gang_key: str, since: float) -> None:
         """The gang has been waiting since ``since`` (e.g. from PodGroup
@@ -296,6 +317,7 @@ class GangQueue:
     def record_failure(self, gang_key: str, now: float) -> float:
         """Back the gang off; returns the backoff in seconds."""
         entry = self._entries[gang_key]
+        self._woken.pop(gang_key, None)
         entry.failures += 1
         delay = min(self.initial_backoff * 2 ** (entry.failures - 1), self.max_backoff)
         entry.retry_at = now + delay
@@ -331,6 +353,7 @@ class GangQueue:
 
     def record_success(self, gang_key: str) -> None:
         self.started_over.pop(gang_key, None)
+        self._woken.pop(gang_key, None)
         entry = self._entries.get(gang_key)
         if entry is not None:
             entry.failures = 0
