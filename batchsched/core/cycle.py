@@ -170,14 +170,14 @@ def schedule_cycle(snapshot: Snapshot, queue: GangQueue, config: CoreConfig = Co
             continue
         if capacity is None:
             capacity = cluster_capacity(snapshot.cluster, withheld, choice)
-        if _room_taken_before_its_turn(snapshot, gangs[key], queue, config, preemption, book, holds, capacity):
-            queue.resume_backoff(key)
-            continue
         # One gang's unforeseen failure (a bug, a value no check foresaw) is
         # that gang's verdict: the gangs after it are still tried.
         before = (len(plan.bindings), len(plan.evictions), len(plan.nominations), frozenset(evicting))
         holds_given: dict[str, Resources] = {}
         try:
+            if _room_taken_before_its_turn(snapshot, gangs[key], queue, config, preemption, book, holds, capacity):
+                queue.resume_backoff(key)
+                continue
             _try_gang(snapshot, gangs, key, queue, config, preemption, preemption_state, capacity, cluster_total,
                       holds, withheld, evicting, plan, holds_given, book)
         except Exception as exc:  # noqa: BLE001 - isolated per gang, reported in its verdict

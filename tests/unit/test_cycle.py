@@ -420,6 +420,30 @@ def test_gangs_woken_by_room_an_earlier_gang_took_are_not_tried_and_keep_their_b
         assert replace_queue.ready(f"default/pod:lone-{k}", T0 + 16.5)
 
 
+def test_a_failure_looking_at_a_woken_gang_is_its_verdict_alone(monkeypatch):
+    import batchsched.core.cycle as cycle_module
+
+    queue = new_queue()
+    blocker = pod("theirs", gpu=8, node_name="gpu-0", phase="Running", scheduler="default-scheduler")
+    cluster = ClusterState("batchsched", [node("gpu-0", gpu=8), node("gpu-1", gpu=8)],
+                           [blocker, pod("full", gpu=8, node_name="gpu-1", phase="Running"),
+                            pod("lone-0", gpu=8, created=0), pod("lone-1", gpu=4, created=1)])
+    schedule_cycle(Snapshot.of(cluster, {}, T0), queue, CONFIG)  # neither fits: both back off
+    real = cycle_module.places_none
+
+    def raising(pods, *args, **kwargs):
+        if pods[0].name == "lone-0":
+            raise ValueError("a value no check foresaw")
+        return real(pods, *args, **kwargs)
+
+    monkeypatch.setattr(cycle_module, "places_none", raising)
+    cluster.remove_pod(blocker.uid)
+    queue.capacity_freed()
+    plan = schedule_cycle(Snapshot.of(cluster, {}, T0 + 0.5), queue, CONFIG)
+    assert plan.verdicts["default/pod:lone-0"].reason == "InternalError"
+    assert bound_names(plan) == {"lone-1": "gpu-0"}
+
+
 def test_a_gang_woken_by_room_on_nodes_reserved_against_it_is_not_tried():
     queue = new_queue()
     nodes = [node("gpu-0", gpu=8), node("gpu-1", gpu=8), node("gpu-2", gpu=8)]
