@@ -225,13 +225,19 @@ def test_extra_members_beyond_quorum_are_placed_when_they_fit():
     assert verdict.scheduled and "1 more do not fit" in verdict.message
 
 
-def test_a_long_waiting_gang_reserves_nodes_so_small_gangs_cannot_starve_it():
-    queue = new_queue()
+def big_gang_behind_jobs(r2_gpus: int) -> Snapshot:
+    """Three 8-GPU nodes running Jobs r0 (8 GPUs), r1 (4) and r2 (``r2_gpus``),
+    and a 2 x 8-GPU gang, big, waiting."""
     nodes = [node("gpu-0", gpu=8), node("gpu-1", gpu=8), node("gpu-2", gpu=8)]
     running = [pod(name, gpu=gpu, node_name=node_name, phase="Running", created=-100, owner="Job",
                    restart_policy="Never")
-               for name, gpu, node_name in (("r0", 8, "gpu-0"), ("r1", 4, "gpu-1"), ("r2", 4, "gpu-2"))]
-    snap = snapshot(nodes, running + gang_pods("big", 2, gpu=8), [group("big", min_member=2)])
+               for name, gpu, node_name in (("r0", 8, "gpu-0"), ("r1", 4, "gpu-1"), ("r2", r2_gpus, "gpu-2"))]
+    return snapshot(nodes, running + gang_pods("big", 2, gpu=8), [group("big", min_member=2)])
+
+
+def test_a_long_waiting_gang_reserves_nodes_so_small_gangs_cannot_starve_it():
+    queue = new_queue()
+    snap = big_gang_behind_jobs(r2_gpus=4)
     assert schedule_cycle(snap, queue, CONFIG).bindings == []
 
     # before the reservation delay, a small gang slips into free capacity
@@ -402,7 +408,7 @@ def test_gangs_woken_by_room_an_earlier_gang_took_are_not_tried_and_keep_their_b
     could be is woken, the first takes it, and the rest, finding no node
     for any of their pods at their turn, go back to their backoff untried
     (an attempt could only fail)."""
-    queue = replace_queue = GangQueue.from_config(replace(CONFIG, max_backoff=60))
+    queue = GangQueue.from_config(replace(CONFIG, max_backoff=60))
     blockers = [pod(f"theirs-{j}", gpu=8, node_name=f"gpu-{j}", phase="Running", scheduler="default-scheduler")
                 for j in range(2)]
     cluster = ClusterState("batchsched", [node(f"gpu-{j}", gpu=8) for j in range(2)],
@@ -416,8 +422,8 @@ def test_gangs_woken_by_room_an_earlier_gang_took_are_not_tried_and_keep_their_b
     assert bound_names(plan) == {"lone-0": "gpu-0"}
     assert set(plan.verdicts) == {"default/pod:lone-0"}  # the others were not tried
     for k in (1, 2, 3):  # their backoff goes on where it was
-        assert not replace_queue.ready(f"default/pod:lone-{k}", T0 + 16)
-        assert replace_queue.ready(f"default/pod:lone-{k}", T0 + 16.5)
+        assert not queue.ready(f"default/pod:lone-{k}", T0 + 16)
+        assert queue.ready(f"default/pod:lone-{k}", T0 + 16.5)
 
 
 def test_a_failure_looking_at_a_woken_gang_is_its_verdict_alone(monkeypatch):
@@ -446,11 +452,7 @@ def test_a_failure_looking_at_a_woken_gang_is_its_verdict_alone(monkeypatch):
 
 def test_a_gang_woken_by_room_on_nodes_reserved_against_it_is_not_tried():
     queue = new_queue()
-    nodes = [node("gpu-0", gpu=8), node("gpu-1", gpu=8), node("gpu-2", gpu=8)]
-    running = [pod(name, gpu=gpu, node_name=node_name, phase="Running", created=-100, owner="Job",
-                   restart_policy="Never")
-               for name, gpu, node_name in (("r0", 8, "gpu-0"), ("r1", 4, "gpu-1"), ("r2", 6, "gpu-2"))]
-    snap = snapshot(nodes, running + gang_pods("big", 2, gpu=8), [group("big", min_member=2)])
+    snap = big_gang_behind_jobs(r2_gpus=6)
     schedule_cycle(snap, queue, CONFIG)
     snap = later(snap, 70, pod("small", gpu=2, created=70))
     plan = schedule_cycle(snap, queue, CONFIG)  # big reserves gpu-1 and gpu-2; small may not go there
