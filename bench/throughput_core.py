@@ -3,6 +3,7 @@
     .venv/bin/python bench/throughput_core.py [--nodes 500,5000,10000] [--pods 10000]
                                               [--arrival-seconds 500] [--seed 1] [--profile NODES]
                                               [--settle-heap] [--config FILE] [--slowest N]
+                                              [--cycle-seconds S]
 
 For each cluster size: NODES x 8 GPUs (the four built-in 8-GPU boards in
 turn, each node carrying its gpu-topology annotation) and the same 10,000
@@ -30,6 +31,12 @@ Python's defaults.  ``--config FILE``: batchsched's scheduler config (as
 for ``batchsched run``; default: the defaults).  ``--slowest N`` lists each
 size's N slowest cycles (the nearest-rank p99 of ~117 burst cycles is the
 second slowest) with when they ran and how many pods each placed.
+``--cycle-seconds S``: at most one cycle per S simulated seconds (default
+1).  The shell runs its next cycle 5 ms after the changes that wake it
+(``CHANGE_BATCH_SECONDS``), so in a burst its cycles follow each other as
+fast as they run and each takes what arrived meanwhile: a smaller S is
+nearer what it does than the default's one cycle per second, which hands
+each burst cycle ~2,000 pods.
 """
 from __future__ import annotations
 
@@ -49,7 +56,7 @@ sys.path.insert(0, str(ROOT))
 
 from batchsched.config import SchedulerConfig, load_config  # noqa: E402
 from batchsched.sim.cluster import NodeGroup, build_nodes, builtin_topologies  # noqa: E402
-from batchsched.sim.engine import Simulation  # noqa: E402
+from batchsched.sim.engine import SimOptions, Simulation  # noqa: E402
 from batchsched.sim.metrics import percentile  # noqa: E402
 from batchsched.sim.progress import TerminalProgress  # noqa: E402
 from batchsched.sim.policies import BatchschedPolicy  # noqa: E402
@@ -105,10 +112,10 @@ class CountingPolicy(BatchschedPolicy):
 
 
 def measure(nodes: int, jobs: list[Job], settle: bool = False, simulation: Simulation | None = None,
-            phase: str = "", config: SchedulerConfig = SchedulerConfig()) -> dict:
+            phase: str = "", config: SchedulerConfig = SchedulerConfig(), options: SimOptions = SimOptions()) -> dict:
     """``summary`` of the run (of ``simulation``, whose policy is a CountingPolicy, when given, else one over
-    ``jobs`` under ``config``), its progress named ``phase``."""
-    simulation = simulation or Simulation(build_nodes(cluster(nodes)), jobs, CountingPolicy(config))
+    ``jobs`` under ``config`` and ``options``), its progress named ``phase``."""
+    simulation = simulation or Simulation(build_nodes(cluster(nodes)), jobs, CountingPolicy(config), options)
     if settle:  # as the scheduler process does once its caches sync
         settle_heap()
     try:
@@ -149,25 +156,29 @@ def main() -> int:
                         help="once the cluster is built, gc.freeze() and raise the collector's thresholds, "
                              "as `batchsched run` does after its caches sync (batchsched/shell/heap.py)")
     parser.add_argument("--config", help="batchsched's scheduler config (default: the defaults)")
+    parser.add_argument("--cycle-seconds", type=float, default=SimOptions().cycle_seconds, metavar="S",
+                        help="at most one cycle per S simulated seconds (the shell's cadence is nearer 0.1)")
     args = parser.parse_args()
     config = load_config(args.config)
+    options = SimOptions(cycle_seconds=args.cycle_seconds)
     if args.profile:
         profiler = cProfile.Profile()
         profiler.runcall(measure, args.profile, workload(args.pods, args.profile, args.seed, args.arrival_seconds),
-                         args.settle_heap, config=config)
+                         args.settle_heap, config=config, options=options)
         stats = pstats.Stats(profiler)
         stats.sort_stats("tottime").print_stats(25)
         stats.sort_stats("cumulative").print_stats(40)
         return 0
     print(f"# {platform.python_implementation()} {platform.python_version()}, {platform.machine()}, "
-          f"{args.pods} pods arriving over {args.arrival_seconds:g} s, seed {args.seed}"
+          f"{args.pods} pods arriving over {args.arrival_seconds:g} s, seed {args.seed}, "
+          f"at most a cycle per {args.cycle_seconds:g} s"
           f"{', heap settled (gc.freeze, thresholds ' + str(THRESHOLDS) + ')' if args.settle_heap else ''}")
     print("| nodes | GPUs | offered load | cycles | pods placed | jobs started | core s | decisions/s | "
           "cycle p50 ms | p99 ms | max ms | wall s |")
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for nodes in (int(n) for n in args.nodes.split(",")):
         jobs = workload(args.pods, nodes, args.seed, args.arrival_seconds)
-        m = measure(nodes, jobs, args.settle_heap, config=config)
+        m = measure(nodes, jobs, args.settle_heap, config=config, options=options)
         print(f"| {nodes} | {8 * nodes} | {100 * offered_load(jobs, nodes):.0f}% | {m['cycles']} | {m['placed']} | "
               f"{m['started']}/{m['jobs']} | "
               f"{m['core']:.1f} | {m['rate']:.0f} | {m['p50']:.1f} | {m['p99']:.1f} | {m['max']:.1f} | "
