@@ -177,6 +177,27 @@ def test_new_gangs_ahead_of_the_pass_never_make_it_try_a_gang_twice():
     assert sorted(seen) == ["E", "F", "a", "b", "c"]  # each once in the pass, C and D not again
 
 
+def test_a_wake_by_freed_capacity_can_be_undone_until_the_gang_is_tried():
+    q = make_queue()
+    for key in ("a", "b", "c"):
+        q.upsert(key, 0, 0, now=0)
+        for t in (0, 1, 3):
+            q.record_failure(key, now=t)  # third failure at 3: ready again at 7
+    q.capacity_freed()
+    q.retry_if_freed(lambda key: True, lambda key: True)
+    assert all(q.ready(key, 4) and q.woken_by_freed(key, 4) for key in "abc")
+    assert not q.woken_by_freed("a", 7)  # its backoff would have ended by then anyway
+    q.resume_backoff("a")
+    assert not q.ready("a", 6.9) and q.ready("a", 7) and not q.woken_by_freed("a", 4)
+    q.record_failure("a", now=7)
+    assert q.ready("a", 15) and not q.ready("a", 14.9)  # the fourth failure: the count was kept
+    q.record_failure("b", now=4)  # tried and failed: the wake is spent, its count starts over
+    q.resume_backoff("b")
+    assert q.ready("b", 5) and not q.ready("b", 4.9)
+    q.touch("c")
+    assert not q.woken_by_freed("c", 4)
+
+
 def test_freed_capacity_ends_only_the_backoffs_it_may_help():
     q = make_queue()
     for key in ("helped", "not-helped"):
