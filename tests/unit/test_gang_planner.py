@@ -97,6 +97,19 @@ def test_the_tightest_node_wins():
     assert placement(result) == {"p": "gpu-2"}
 
 
+def test_a_cpu_heavy_pod_does_not_leave_gpus_without_cpu_behind():
+    """gpu-1 is the tighter fit by GPUs (2 left against 3), but this pod
+    would leave it 1 core for those 2 GPUs: no pod like it could use them."""
+    nodes = gpu_nodes(2)
+    free = {n.name: dict(n.allocatable) for n in nodes}
+    free["gpu-0"].update({GPU: 4, "cpu": 60_000})
+    free["gpu-1"].update({GPU: 3, "cpu": 13_000})
+    result, _ = plan([pod("heavy", gpu=1, cpu=12)], 1, nodes, free)
+    assert placement(result) == {"heavy": "gpu-0"}
+    light, _ = plan([pod("light", gpu=1, cpu=2)], 1, nodes, free)  # leaves 11 cores for 2 GPUs: tightest wins
+    assert placement(light) == {"light": "gpu-1"}
+
+
 def test_cpu_pods_keep_off_gpu_nodes_when_they_can():
     nodes = gpu_nodes(2) + [node("cpu-0", cpu="16")]
     result, _ = plan(gang_pods("g", 3, cpu=2), 3, nodes)

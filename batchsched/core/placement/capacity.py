@@ -51,16 +51,24 @@ PASSING_REASONS = frozenset({REASON_UNSCHEDULABLE, REASON_NOT_READY})
 
 
 def pack_score(node: NodeInfo, request: Mapping[str, int], free: Mapping[str, int]) -> tuple:
-    """Lower is better: fewest GPUs left after placement (keeping whole
-    nodes free for large gangs), then the least of the rest left."""
-    gpus_left = free.get(GPU_RESOURCE, 0) - request.get(GPU_RESOURCE, 0)
+    """Lower is better: no GPUs stranded (GPUs left where what is left of
+    a resource this pod asks could not go with even one of them at this
+    pod's ratio: no pod like it could use them, and in a trace of cpu-heavy
+    GPU pods such GPUs sat idle while pods waited), then fewest GPUs left
+    after placement (keeping whole nodes free for large gangs), then the
+    least of the rest left."""
+    asked_gpus = request.get(GPU_RESOURCE, 0)
+    gpus_left = free.get(GPU_RESOURCE, 0) - asked_gpus
     rest_left = 0.0
+    stranded = 0
     for name, amount in request.items():
         if name != GPU_RESOURCE and name != res.PODS:
             allocatable = node.allocatable.get(name)
             if allocatable:
                 rest_left += (free.get(name, 0) - amount) / allocatable
-    return (gpus_left, rest_left)
+            if asked_gpus and gpus_left > 0 and (free.get(name, 0) - amount) * asked_gpus < amount:
+                stranded = gpus_left
+    return (stranded, gpus_left, rest_left)
 
 
 def shape_key(pod: PodInfo) -> tuple:
