@@ -288,6 +288,29 @@ def test_the_drained_index_shared_by_every_head_equals_a_fresh_one():
     assert len(heads_seen) == len(gang_names)  # the index did serve every head
 
 
+def test_nodes_of_one_board_with_other_free_cpu_share_one_gpu_choice(monkeypatch):
+    """In a real cluster free cpu and memory differ from node to node; the
+    GPU choice does not depend on them (but for single-numa-node
+    alignment), so six such nodes cost one choice, and a node where the
+    pod does not fit says so without one."""
+    import batchsched.core.placement.capacity as capacity_module
+
+    chosen = []
+    real = capacity_module.pick_gpus
+    monkeypatch.setattr(capacity_module, "pick_gpus", lambda *args: chosen.append(args[0].name) or real(*args))
+    nodes = [topology_node(f"n{i}", DGX1) for i in range(6)]
+    state = ClusterState("batchsched", nodes)
+    view = CapacityIndex(state.nodes, {}, NodeFilter(state.nodes)).view(pod("shape", cpu=4, gpu=2))
+    picks = []
+    for i, n in enumerate(nodes):
+        used = [pod(f"u{i}", cpu=1 + 3 * i, gpu=1, node_name=n.name, phase="Running", gpu_ids="7")]
+        free = res.subtract(n.allocatable, {"cpu": 1000 + 3000 * i, "nvidia.com/gpu": 1})
+        picks.append(view.pick(n.name, free, room_of(n, used)))
+    assert chosen == ["n0"] and len(set(picks)) == 1 and 7 not in picks[0].gpus
+    starved = res.subtract(nodes[0].allocatable, {"cpu": nodes[0].allocatable["cpu"] - 1000})
+    assert view.pick("n1", starved, room_of(nodes[1], [])) == ["Insufficient cpu"] and chosen == ["n0"]
+
+
 def test_a_shape_view_answers_alike_nodes_from_one_pick_as_a_fresh_view_would():
     """ShapeView.pick keeps its answers per kind of node, free amounts and
     GPU room: every answer equals a fresh view's, on nodes of two boards and

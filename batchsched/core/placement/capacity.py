@@ -37,7 +37,7 @@ from batchsched.core.placement.fit import (
     static_reasons,
 )
 from batchsched.core.placement.fragmentation import NodeChoice
-from batchsched.core.placement.gpus import GpuPick, in_dra_terms, pick_gpus, static_reason
+from batchsched.core.placement.gpus import SINGLE_NUMA_NODE, GpuPick, in_dra_terms, pick_gpus, static_reason
 from batchsched.core.resources import Resources
 from batchsched.core.topology.accounting import GpuRoom, gpu_id_count, room_of, topology_of
 
@@ -98,7 +98,6 @@ class ShapeView:
         self.policy = policy
         self.last_used = index.generation
         self._wanted = tuple(self.request.items())
-        self._asked = tuple(self.request)
         self._refusals: dict[tuple, tuple] = {}  # board facts -> (its topology, _refusal_when_free)
         self._picks: dict[tuple, tuple] = {}  # _pick_key -> (its topology, pick's answer)
         self._short: dict[str, list[str]] = {}  # feasible node -> resources it lacks
@@ -170,16 +169,26 @@ class ShapeView:
         return pick
 
     def _pick_key(self, node: NodeInfo, free: Mapping[str, int], room: GpuRoom | None) -> tuple | None:
-        """What ``pick`` depends on, so that nodes alike (most nodes of a
-        board, empty or equally used) share one answer: the board (its
-        topology, checked by identity on a hit) and Topology Manager
-        policy, what is free of the resources the shape asks, and the GPU
-        room.  None (not kept) where DRA or the pod's claims are involved:
+        """What ``pick`` depends on, so that nodes alike share one answer:
+        the board (its topology, checked by identity on a hit) and Topology
+        Manager policy, which of the resources the shape asks are short
+        (what it says when the pod does not fit), and, when it fits, the
+        free GPU ids, with the NUMA room where single-numa-node alignment
+        applies (``GpuRoom.key``).  Not the free amounts themselves: in a
+        real cluster they differ from node to node while the answer does
+        not.  None (not kept) where DRA or the pod's claims are involved:
         the answer depends on the node's devices then."""
         if node.dra is not None or self._pod.device_demand is not None:
             return None
-        return (id(topology_of(node)), node.labels.get(TOPOLOGY_MANAGER_POLICY_LABEL),
-                tuple([free.get(resource, 0) for resource in self._asked]), room.key if room is not None else None)
+        policy_label = node.labels.get(TOPOLOGY_MANAGER_POLICY_LABEL)
+        short = tuple([resource for resource, amount in self._wanted if free.get(resource, 0) < amount])
+        if short or room is None:
+            gpus = None
+        elif SINGLE_NUMA_NODE in (self.policy.numa, policy_label):
+            gpus = room.key
+        else:
+            gpus = room.free
+        return (id(topology_of(node)), policy_label, short, gpus)
 
     def score(self, name: str, free: Mapping[str, int], pick: GpuPick, room: GpuRoom | None) -> tuple:
         """Node ``name``'s score for a pod of this shape taking ``pick``
