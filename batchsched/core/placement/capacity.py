@@ -42,7 +42,7 @@ from batchsched.core.resources import Resources
 from batchsched.core.topology.accounting import GpuRoom, gpu_id_count, room_of, topology_of
 
 Entry = tuple[tuple, str, int]  # (score, node name, node version)
-# Answers of ShapeView.pick kept per view; past this many (free amounts
+# Answers of ShapeView.pick kept per view; past this many (GPU rooms
 # that vary a lot) they are dropped and kept afresh.
 PICKS_KEPT = 4096
 # Static reasons a node may lose soon (uncordoned, ready again): its room
