@@ -193,6 +193,7 @@ class PodInfo:
 
 
 _POD_FIELDS = frozenset(PodInfo.__dataclass_fields__)
+_BLANK_POD = PodInfo("", "", "")
 
 
 def pod_with(pod: PodInfo, **changes: Any) -> PodInfo:
@@ -291,6 +292,13 @@ class GroupSpec:
 def parse_time(text: str | None) -> float:
     if not text:
         return 0.0
+    if isinstance(text, str):
+        return _parse_time_text(text)
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(timezone.utc).timestamp()
+
+
+@functools.lru_cache(maxsize=4096)  # pods made together share their seconds: a list repeats a few
+def _parse_time_text(text: str) -> float:
     return datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(timezone.utc).timestamp()
 
 
@@ -363,7 +371,8 @@ def pod_from_json(obj: Mapping[str, Any], gang_sources: frozenset[str] = frozens
         Toleration(t.get("key") or "", t.get("operator") or "Equal", t.get("value") or "", t.get("effect") or "")
         for t in spec.get("tolerations") or ()
     )
-    return PodInfo(
+    return pod_with(  # a copy of a blank pod: PodInfo() sets each of its forty fields through setattr
+        _BLANK_POD,
         uid=meta.get("uid", ""),
         namespace=meta.get("namespace", ""),
         name=meta.get("name", ""),
@@ -435,7 +444,8 @@ def _gpu_containers(spec: Mapping[str, Any]) -> tuple[tuple[int, str, int], ...]
     asking = []
     for index, c in enumerate(containers):
         r = c.get("resources") or {}
-        count = max(res.parse_resource_map(r.get(k)).get(constants.GPU_RESOURCE, 0) for k in ("requests", "limits"))
+        count = max(res.canonical(constants.GPU_RESOURCE, amount) for amount in (
+            (r.get("requests") or {}).get(constants.GPU_RESOURCE, 0), (r.get("limits") or {}).get(constants.GPU_RESOURCE, 0)))
         if count:
             asking.append((index, str(c.get("name") or ""), count))
     return tuple(asking)

@@ -299,21 +299,24 @@ class Kube:
 
     async def request(self, method: str, path: str, *, query: Mapping[str, Any] | None = None,
                       body: Any = None, content_type: str | None = None,
-                      timeout: float | None = 30.0) -> dict:
+                      timeout: float | None = 30.0, decode: Callable[[bytes], dict] = json.loads) -> dict:
         """One API call; returns the decoded JSON body or raises ApiError.
+
+        ``decode`` reads a successful answer's body (an error's is always
+        read whole, as JSON).
 
         A write is sent only while the leader lease is certain and cancelled
         when it lapses before the answer (ApiError 503 NotLeader).
         """
         if method == "GET":
-            return await self._exchange(method, path, query, body, content_type, timeout)
+            return await self._exchange(method, path, query, body, content_type, timeout, decode)
         if self.write_validity() <= 0:
             raise not_leader(method, path, "before sending")
         sending = _sending_write.set(self.write_validity)
         try:
             async with self._within_lease() as lease:
                 try:
-                    return await self._exchange(method, path, query, body, content_type, timeout)
+                    return await self._exchange(method, path, query, body, content_type, timeout, decode)
                 except _LeaseLapsed:
                     raise not_leader(method, path, "before its bytes went out") from None
         except TimeoutError:
@@ -346,7 +349,8 @@ class Kube:
                     pending.cancel()
 
     async def _exchange(self, method: str, path: str, query: Mapping[str, Any] | None, body: Any,
-                        content_type: str | None, timeout: float | None) -> dict:
+                        content_type: str | None, timeout: float | None,
+                        decode: Callable[[bytes], dict] = json.loads) -> dict:
         try:
             resp = await self._call(method, path, query, body, content_type, timeout)
             data = await resp.read()
@@ -355,7 +359,7 @@ class Kube:
                 raise
             raise TransportError(f"{type(exc).__name__}: {exc}") from exc
         try:
-            decoded = json.loads(data) if data else {}
+            decoded = (decode if resp.status < 400 else json.loads)(data) if data else {}
         except ValueError:
             decoded = {"message": data[:500].decode(errors="replace")}
         if resp.status >= 400:
@@ -364,8 +368,10 @@ class Kube:
         return decoded
 
     async def watch(self, path: str, resource_version: str, timeout_seconds: int = 300,
-                    extra: Mapping[str, Any] | None = None) -> AsyncIterator[dict]:
-        """Yield watch events (``{"type":..., "object":...}``) as they arrive.
+                    extra: Mapping[str, Any] | None = None,
+                    decode: Callable[[bytes], dict] = json.loads) -> AsyncIterator[dict]:
+        """Yield watch events (``{"type":..., "object":...}``) as they arrive,
+        each line read by ``decode``.
 
         An ``ERROR`` event (for example 410 Gone) is raised as ApiError.
         """
@@ -383,7 +389,7 @@ class Kube:
                 line = await content.readline()
                 if not line:
                     return
-                event = json.loads(line)
+                event = decode(line)
                 if event.get("type") == "ERROR":
                     status = event.get("object") or {}
                     raise ApiError(int(status.get("code") or 500), status.get("reason", ""),

@@ -16,7 +16,7 @@ from typing import Callable
 
 from batchsched.config import SchedulerConfig
 from batchsched.shell import server
-from batchsched.shell.heap import settle_heap
+from batchsched.shell.heap import collect_rarely, settle_heap
 from batchsched.shell.kube import Kube
 from batchsched.shell.leader import LeaderElector, default_identity, resolve_lease_namespace
 from batchsched.shell.metrics import Metrics
@@ -38,6 +38,7 @@ async def _elector(kubeconfig: str | None, context: str | None, config: Schedule
 
 
 async def run_replica(kubeconfig: str | None, config: SchedulerConfig, context: str | None = None) -> int:
+    collect_rarely()  # from before the first lists (shell/heap.py)
     kube = await Kube.connect(kubeconfig, context=context)
     elector = await _elector(kubeconfig, context, config) if config.leader_election.enabled else None
     runner = None
@@ -47,7 +48,7 @@ async def run_replica(kubeconfig: str | None, config: SchedulerConfig, context: 
             kube.write_validity = elector.validity
             metrics.read_leadership(elector.is_leading)
         scheduler = Scheduler(kube, config, leading=elector.leading if elector else None, metrics=metrics)
-        scheduler.on_synced = settle_heap  # once the caches hold the cluster, keep the collector off them
+        scheduler.on_started = settle_heap  # the caches hold the cluster: keep the collector off them
         runner = await server.serve(config.metrics_bind_address, metrics, _readiness(scheduler, elector))
         await _run_until_stopped(scheduler, elector)
     finally:

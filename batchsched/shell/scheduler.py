@@ -55,6 +55,8 @@ QUEUE_SUMMARY_SECONDS = 1.0
 # After a cycle raised: wait this long, doubling while cycles keep failing.
 CYCLE_RETRY_SECONDS = 0.5
 MAX_CYCLE_RETRY_SECONDS = 10.0
+# ``on_started`` waits at most this long for the first cycle's bindings.
+FIRST_BINDINGS_WAIT_SECONDS = 10.0
 
 
 class Scheduler:
@@ -89,9 +91,11 @@ class Scheduler:
         self.verdicts: dict[str, Verdict] = {}
         self.start_times: dict[str, str] = {}  # gang key -> scheduleStartTime
         self.ready = asyncio.Event()
-        # Called once the caches have synced, before the first cycle (the
-        # replica settles the heap there, so that pause never hits a burst).
-        self.on_synced: Callable[[], None] = lambda: None
+        # Called once the first cycle's bindings are answered, or at once when
+        # the caches have synced on a standby: the replica settles the heap
+        # there, a pause (a full collection over the whole cache) that
+        # should neither come before the first bindings nor hit a burst.
+        self.on_started: Callable[[], None] = lambda: None
         self.bound_total = 0
         self._tasks: set[asyncio.Task] = set()
         self.cache.on_bad_object = self._bad_object
@@ -122,12 +126,14 @@ class Scheduler:
         background.append(asyncio.create_task(self.pod_conditions.run(), name="pod-condition-writer"))
         try:
             await asyncio.gather(*(r.synced.wait() for r in self.reflectors))
-            self.on_synced()
             self.ready.set()
             log.info("caches synced: %d nodes, %d pods, %d PodGroups; scheduling as %s",
                      len(self.cache.nodes), len(self.cache.pods), len(self.cache.groups_raw),
                      ", ".join(map(repr, self.config.scheduler_names)))
+            started = False
             if self.leading is not None and not self.leading.is_set():
+                self.on_started()
+                started = True
                 log.info("standing by until this replica holds the leader lease")
                 await self.leading.wait()
             self._seed_from_cluster()  # now, so a standby sees what the old leader wrote last
@@ -143,11 +149,19 @@ class Scheduler:
                     await asyncio.sleep(delay)
                     continue
                 failures = 0
+                if not started:
+                    started = True
+                    self._spawn(self._started_once_answered(set(self._tasks)))
                 await self._wait_for_work()
         finally:
             for task in background + list(self._tasks):
                 task.cancel()
             await asyncio.gather(*background, *self._tasks, return_exceptions=True)
+
+    async def _started_once_answered(self, first_bindings: set[asyncio.Task]) -> None:
+        if first_bindings:
+            await asyncio.wait(first_bindings, timeout=FIRST_BINDINGS_WAIT_SECONDS)
+        self.on_started()
 
     def relist(self) -> None:
         """Every collection is listed again (SIGUSR1; see docs/operations.md)."""

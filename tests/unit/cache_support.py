@@ -3,8 +3,8 @@ cache's real list loop (``Reflector.list_once``) without a server."""
 from __future__ import annotations
 
 import asyncio
-import copy
 import gc
+import json
 import weakref
 from typing import AsyncIterator, Callable
 
@@ -18,30 +18,38 @@ class RawObject(dict):
 
 class PagedList:
     """Serves ``items`` ``limit`` at a time with continue tokens, each page
-    freshly decoded as ``Kube.request`` returns it.  Before serving a page it
-    calls ``on_page(index)`` and records how many raw objects of earlier
-    pages are still alive (``alive_from_earlier_pages``)."""
+    freshly decoded (by the reflector's decoder) as ``Kube.request`` returns
+    it.  Before serving a page it calls ``on_page(index)`` and records how
+    many raw objects of the last page served (``alive_from_the_last_page``:
+    it may still be being converted while the next is asked for) and of
+    the pages before it (``alive_from_earlier_pages``) are still alive."""
 
     def __init__(self, items: list[dict], on_page: Callable[[int], None] = lambda index: None):
         self.items = items
         self.on_page = on_page
         self.alive_from_earlier_pages: list[int] = []
-        self._served: list[weakref.ref] = []
+        self.alive_from_the_last_page: list[int] = []
+        self._served: list[list[weakref.ref]] = []  # per page served
         self.watches = 0
 
-    async def request(self, method: str, path: str, *, query: dict, timeout: float | None = None) -> dict:
+    async def request(self, method: str, path: str, *, query: dict, timeout: float | None = None,
+                      decode: Callable[[bytes], dict] = json.loads) -> dict:
         assert method == "GET" and "watch" not in query
         gc.collect()
-        self.alive_from_earlier_pages.append(sum(1 for ref in self._served if ref() is not None))
+        self.alive_from_earlier_pages.append(
+            sum(1 for page in self._served[:-1] for ref in page if ref() is not None))
+        self.alive_from_the_last_page.append(sum(1 for ref in (self._served or [[]])[-1] if ref() is not None))
         self.on_page(len(self.alive_from_earlier_pages) - 1)
         start = int(query.get("continue") or 0)
         end = start + query["limit"]
-        page = [RawObject(copy.deepcopy(obj)) for obj in self.items[start:end]]
-        self._served += [weakref.ref(obj) for obj in page]
         more = {"continue": str(end)} if end < len(self.items) else {}
-        return {"metadata": {"resourceVersion": "7", **more}, "items": page}
+        page = decode(json.dumps({"metadata": {"resourceVersion": "7", **more}, "items": self.items[start:end]}).encode())
+        page["items"] = [RawObject(obj) for obj in page["items"]]
+        self._served.append([weakref.ref(obj) for obj in page["items"]])
+        return page
 
-    async def watch(self, path: str, resource_version: str, timeout_seconds: int) -> AsyncIterator[dict]:
+    async def watch(self, path: str, resource_version: str, timeout_seconds: int,
+                    decode: Callable[[bytes], dict] = json.loads) -> AsyncIterator[dict]:
         """A watch on which nothing ever happens."""
         self.watches += 1
         await asyncio.Event().wait()

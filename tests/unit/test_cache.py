@@ -196,9 +196,11 @@ def test_a_podgroup_failing_in_an_unforeseen_way_is_invalid_and_the_others_conve
 
 # ---- relists: page by page, swapped in whole --------------------------------
 
-def test_a_relist_holds_the_raw_objects_of_one_page_at_most(cache):
+def test_a_relist_holds_the_raw_objects_of_two_pages_at_most(cache):
     source = relist(cache, "pods", [pod_json(f"p{i}", f"u{i}") for i in range(7)], page_size=2)
-    assert source.alive_from_earlier_pages == [0, 0, 0, 0]  # 4 pages, none kept once converted
+    # 4 pages: each asked for while the one before is converted, none kept once converted
+    assert source.alive_from_earlier_pages == [0, 0, 0, 0]
+    assert source.alive_from_the_last_page == [0, 2, 2, 2]
     assert len(cache.pods) == 7
 
 

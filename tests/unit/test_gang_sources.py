@@ -397,11 +397,11 @@ def test_a_foreign_crd_not_installed_counts_as_empty_is_logged_once_and_is_read_
         """404 for the first looks, then the CRD is there with one PodGroup."""
         looks = 0
 
-        async def request(self, method, path, *, query, timeout=None):
+        async def request(self, method, path, *, query, **kwargs):
             self.looks += 1
             if self.looks <= 3:
                 raise ApiError(404, "NotFound", "the server could not find the requested resource", {})
-            return await super().request(method, path, query=query, timeout=timeout)
+            return await super().request(method, path, query=query, **kwargs)
 
     monkeypatch.setattr(cache_module, "ABSENT_RECHECK_SECONDS", 0.01)
     cache = asyncio.run(new_cache())
