@@ -193,7 +193,18 @@ class PodInfo:
 
 
 _POD_FIELDS = frozenset(PodInfo.__dataclass_fields__)
-_BLANK_POD = PodInfo("", "", "")
+_BLANK_POD_STATE = dict(PodInfo("", "", "").__dict__)
+
+
+def _new_pod(fields: dict[str, Any]) -> PodInfo:
+    """A PodInfo of the blank one's defaults and ``fields``, made without
+    ``__init__`` (which sets each of its forty fields through setattr);
+    the caller names only PodInfo fields (a test holds pod_from_json to it)."""
+    new = object.__new__(PodInfo)
+    state = new.__dict__
+    state.update(_BLANK_POD_STATE)
+    state.update(fields)
+    return new
 
 
 def pod_with(pod: PodInfo, **changes: Any) -> PodInfo:
@@ -319,7 +330,8 @@ def pod_requests(spec: Mapping[str, Any]) -> Resources:
     def container_request(c: Mapping[str, Any]) -> Resources:
         r = c.get("resources") or {}
         req = res.parse_resource_map(r.get("requests"))
-        for name, amount in res.parse_resource_map(r.get("limits")).items():
+        limits = r.get("limits")
+        for name, amount in res.parse_resource_map(limits).items() if limits else ():
             if name not in req or (name not in (res.CPU, res.MEMORY, "ephemeral-storage")
                                    and amount > req[name]):
                 # API defaulting: a limit with no request means request == limit
@@ -328,7 +340,7 @@ def pod_requests(spec: Mapping[str, Any]) -> Resources:
 
     total: Resources = {}
     for c in spec.get("containers") or ():
-        total = res.add(total, container_request(c))
+        total = res.add(total, container_request(c)) if total else container_request(c)
     sidecars: Resources = {}
     for c in spec.get("initContainers") or ():
         r = container_request(c)
@@ -337,10 +349,18 @@ def pod_requests(spec: Mapping[str, Any]) -> Resources:
             continue
         for name, amount in res.add(r, sidecars).items():
             total[name] = max(total.get(name, 0), amount)
-    total = res.add(total, sidecars)
-    total = res.add(total, res.parse_resource_map(spec.get("overhead")))
+    if sidecars:
+        total = res.add(total, sidecars)
+    overhead = spec.get("overhead")
+    if overhead:
+        total = res.add(total, res.parse_resource_map(overhead))
     total[res.PODS] = 1
     return {k: v for k, v in total.items() if v}
+
+
+# Pods of a cluster repeat a few tolerations (the API server's defaults on
+# every pod): one shared instance each, made once.
+_toleration = functools.lru_cache(maxsize=1024)(Toleration)
 
 
 def _task(annotations: Mapping[str, Any]) -> str:
@@ -368,11 +388,10 @@ def pod_from_json(obj: Mapping[str, Any], gang_sources: frozenset[str] = frozens
         labels, annotations, gang_sources, auto_always,
         scheduling_group.get("podGroupName", "") if isinstance(scheduling_group, dict) else "")
     tolerations = tuple(
-        Toleration(t.get("key") or "", t.get("operator") or "Equal", t.get("value") or "", t.get("effect") or "")
+        _toleration(t.get("key") or "", t.get("operator") or "Equal", t.get("value") or "", t.get("effect") or "")
         for t in spec.get("tolerations") or ()
     )
-    return pod_with(  # a copy of a blank pod: PodInfo() sets each of its forty fields through setattr
-        _BLANK_POD,
+    return _new_pod(dict(
         uid=meta.get("uid", ""),
         namespace=meta.get("namespace", ""),
         name=meta.get("name", ""),
@@ -408,7 +427,7 @@ def pod_from_json(obj: Mapping[str, Any], gang_sources: frozenset[str] = frozens
         scheduled_condition=_scheduled_condition(status.get("conditions")),
         gpu_containers=_gpu_containers(spec),
         claims=_pod_claims(spec, status),
-    )
+    ))
 
 
 MAX_POD_CLAIMS = 32
@@ -444,8 +463,11 @@ def _gpu_containers(spec: Mapping[str, Any]) -> tuple[tuple[int, str, int], ...]
     asking = []
     for index, c in enumerate(containers):
         r = c.get("resources") or {}
+        requests, limits = r.get("requests") or {}, r.get("limits") or {}
+        if constants.GPU_RESOURCE not in requests and constants.GPU_RESOURCE not in limits:
+            continue  # most containers: no quantity to parse
         count = max(res.canonical(constants.GPU_RESOURCE, amount) for amount in (
-            (r.get("requests") or {}).get(constants.GPU_RESOURCE, 0), (r.get("limits") or {}).get(constants.GPU_RESOURCE, 0)))
+            requests.get(constants.GPU_RESOURCE, 0), limits.get(constants.GPU_RESOURCE, 0)))
         if count:
             asking.append((index, str(c.get("name") or ""), count))
     return tuple(asking)

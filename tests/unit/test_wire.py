@@ -2,6 +2,7 @@
 model would read the whole JSON."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import types
 import typing
@@ -10,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from batchsched.api import constants
-from batchsched.core.model import pod_from_json
+from batchsched.core.model import PodInfo, pod_from_json
 from batchsched.shell import wire
 
 # Every field pod_from_json reads, each with a value that makes it read on
@@ -105,6 +106,15 @@ def test_every_field_the_model_reads_is_decoded():
     assert not missing, f"pod_from_json reads fields shell/wire.py drops: {missing}"
     # and the check can fail: a dropped field is caught
     assert not kept(("spec", "volumes")) and not kept(("metadata", "managedFields"))
+
+
+def test_a_pod_read_holds_podinfo_fields_only_and_equals_one_made_by_init():
+    """pod_from_json fills the instance without __init__: a misnamed field
+    would be a stray attribute, not an error."""
+    pod = pod_from_json(FULL_POD, frozenset(["own", "volcano", "native"]))
+    assert set(pod.__dict__) == set(PodInfo.__dataclass_fields__)
+    assert pod == dataclasses.replace(pod)
+    assert pod.tolerations and pod_from_json(FULL_POD).tolerations[0] is pod.tolerations[0]  # shared, not copied
 
 
 def test_a_full_pod_reads_the_same_from_a_list_page_and_a_watch_event():
