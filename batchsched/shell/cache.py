@@ -430,6 +430,8 @@ class ClusterCache:
             self.capacity_freed = True
         if old and (old.holds_resources and pod.terminating and not old.terminating):
             self.capacity_freed = True  # a victim going away: worth another look soon
+        if not self._may_concern_a_gang(pod):
+            return
         if (old is None or old.phase != pod.phase or old.node_name != pod.node_name
                 or old.gated != pod.gated or old.terminating != pod.terminating):
             self.touched_gangs.add(pod.gang_key)
@@ -441,7 +443,14 @@ class ClusterCache:
         self.witnessed.pop(uid, None)
         if old:
             self.capacity_freed |= old.holds_resources
-            self.touched_gangs.add(old.gang_key)
+            if self._may_concern_a_gang(old):
+                self.touched_gangs.add(old.gang_key)
+
+    def _may_concern_a_gang(self, pod: PodInfo) -> bool:
+        """Another scheduler's pod in no gang is a gang of one that is never
+        ours (schedulerName cannot change): it touches capacity only, and at
+        a start tens of thousands of them would each be looked at."""
+        return pod.scheduler_name == self.scheduler_name or bool(pod.group)
 
     # ---- nodes --------------------------------------------------------------
 

@@ -54,6 +54,22 @@ def test_a_failed_binding_is_forgotten_frees_capacity_and_touches_the_gang(cache
     assert touched == {"ns/g"} and freed
 
 
+def test_another_schedulers_pod_touches_a_gang_only_when_it_names_one(cache):
+    """A start lists every pod of the cluster: those of the default scheduler
+    in no gang are capacity only, not tens of thousands of gangs to look at."""
+    def foreign(name: str, uid: str, group: str = "", node: str = "") -> dict:
+        obj = pod_json(name, uid, node=node, group=group)
+        obj["spec"]["schedulerName"] = "default-scheduler"
+        return obj
+
+    relist(cache, "pods", [foreign("web", "u1", node="n1"), foreign("stray", "u2", group="g"), pod_json("p", "u3")])
+    assert cache.drain_changes()[0] == {"ns/g", "ns/pod:p"}  # the stray member: its gang warns of it
+    cache._apply_pod("DELETED", foreign("web", "u1", node="n1"))
+    assert cache.drain_changes() == (set(), True)  # room freed, no gang touched
+    cache._apply_pod("DELETED", foreign("stray", "u2", group="g"))
+    assert cache.drain_changes()[0] == {"ns/g"}
+
+
 def test_an_assumption_never_expires_on_its_own(cache):
     # kubernetes#106361: an assumption dropped before the watch shows the
     # binding hands the same room (and GPU ids) to a second pod.

@@ -141,7 +141,7 @@ class GpuRoom:
         mask = mask_of(gpus)
         free = self.free & ~mask if op is res.subtract else self.free | mask
         if not self.numa_free:
-            return replace(self, free=free)
+            return self if free == self.free else replace(self, free=free)  # most pods name no GPU
         numa_free = dict(self.numa_free)
         if numa is not None:
             numa_free[numa] = op(numa_free[numa], {r: request.get(r, 0) for r in _NUMA_RESOURCES})
