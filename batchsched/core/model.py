@@ -499,7 +499,7 @@ def _controller_kind(owners: Any) -> str:
 def _positive_int(value: Any) -> int | None:
     """A positive integer field; None when absent or not one (bad input
     never fails the conversion)."""
-    if isinstance(value, bool):
+    if value is None or isinstance(value, bool):  # absent on most pods: no exception to raise
         return None
     try:
         number = int(value)
