@@ -83,15 +83,20 @@ async def relisted(log_path: Path, offset: int, timeout: float = 900) -> dict[st
     raise TimeoutError("the forced relist did not finish")
 
 
+async def populate(kube: Kube, nodes: int, pods: int) -> None:
+    """The namespaces, ``nodes`` unmanaged nodes and ``pods`` pods bound to them."""
+    for ns in ("bench-old", "bench-new"):
+        await kube.request("POST", "/api/v1/namespaces", body={"metadata": {"name": ns}})
+    names = [f"{POOL}-{i:05d}" for i in range(nodes)]
+    await cp.create_many(kube, "/api/v1/nodes", [unmanaged_node(n) for n in names], parallel=128)
+    await cp.create_many(kube, "/api/v1/namespaces/bench-old/pods",
+                         [bound_pod(i, names[i % len(names)]) for i in range(pods)], parallel=128)
+
+
 async def main_async(args) -> None:
     async with cp.bench_cluster("bench-restart-", qps_connections=128) as (cluster, kube, workdir):
-        for ns in ("bench-old", "bench-new"):
-            await kube.request("POST", "/api/v1/namespaces", body={"metadata": {"name": ns}})
         t0 = time.monotonic()
-        nodes = [f"{POOL}-{i:05d}" for i in range(args.nodes)]
-        await cp.create_many(kube, "/api/v1/nodes", [unmanaged_node(n) for n in nodes], parallel=128)
-        await cp.create_many(kube, "/api/v1/namespaces/bench-old/pods",
-                             [bound_pod(i, nodes[i % len(nodes)]) for i in range(args.pods)], parallel=128)
+        await populate(kube, args.nodes, args.pods)
         print(f"setup: {args.nodes} nodes, {args.pods} bound pods in {time.monotonic() - t0:.0f}s")
         await submit_gang(kube, "g")
         start = time.monotonic()

@@ -64,12 +64,7 @@ async def one_start(kube, cluster, workdir: Path, tree: Path, gang: str, bound_b
 async def main_async(args) -> None:
     trees = {"this tree": HERE, "baseline": args.baseline.resolve()}
     async with cp.bench_cluster("bench-restart-ab-", qps_connections=128) as (cluster, kube, workdir):
-        for ns in ("bench-old", "bench-new"):
-            await kube.request("POST", "/api/v1/namespaces", body={"metadata": {"name": ns}})
-        nodes = [f"{rs.POOL}-{i:05d}" for i in range(args.nodes)]
-        await cp.create_many(kube, "/api/v1/nodes", [rs.unmanaged_node(n) for n in nodes], parallel=128)
-        await cp.create_many(kube, "/api/v1/namespaces/bench-old/pods",
-                             [rs.bound_pod(i, nodes[i % len(nodes)]) for i in range(args.pods)], parallel=128)
+        await rs.populate(kube, args.nodes, args.pods)
         (workdir / "batchsched.yaml").write_text(yaml.safe_dump(
             {"nodeSelector": {"bench-pool": rs.POOL}, "logLevel": "INFO", "statusMinIntervalSeconds": 5,
              "metricsBindAddress": "", "leaderElection": {"enabled": False}}))

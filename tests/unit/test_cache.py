@@ -198,6 +198,20 @@ def test_a_node_that_does_not_convert_is_reported_and_skipped_not_fatal(cache):
     assert list(cache.nodes) == ["good"]
 
 
+def test_a_pod_that_does_not_convert_is_reported_and_skipped_and_the_others_list(cache):
+    """Shapes the API server would refuse, as if one got through: a
+    toleration value no cache can key, a GPU limit that is no quantity."""
+    bad = []
+    cache.on_bad_object = lambda kind, obj, why: bad.append((kind, obj["metadata"]["name"], why))
+    odd_toleration = pod_json("tol", "u1")
+    odd_toleration["spec"]["tolerations"] = [{"key": "k", "operator": "Equal", "value": {"not": "text"}}]
+    odd_gpus = pod_json("gpu", "u2")
+    odd_gpus["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = ["2"]
+    relist(cache, "pods", [odd_toleration, odd_gpus, pod_json("fine", "u3")])
+    assert list(cache.pods) == ["u3"]
+    assert [(kind, name) for kind, name, _ in bad] == [("Pod", "tol"), ("Pod", "gpu")]
+
+
 def test_a_podgroup_failing_in_an_unforeseen_way_is_invalid_and_the_others_convert(cache):
     bad = []
     cache.on_bad_object = lambda kind, obj, why: bad.append((kind, why))
