@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import statistics
 import subprocess
 import sys
@@ -34,17 +33,12 @@ import yaml  # noqa: E402
 HERE = Path(__file__).resolve().parents[1]
 
 
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 async def one_start(kube, cluster, workdir: Path, tree: Path, gang: str, bound_before: int) -> dict[str, float]:
     config = workdir / "batchsched.yaml"
     log = workdir / f"{gang}.log"
     await rs.submit_gang(kube, gang)
     apiserver = cluster.pids["kube-apiserver"]
-    apiserver_before = cpu_seconds(apiserver)
+    apiserver_before = cp.process_cpu_seconds(apiserver)
     start = time.monotonic()
     # cwd first on sys.path (-m): the tree's own batchsched, whatever the venv installed
     proc = subprocess.Popen([sys.executable, "-m", "batchsched", "run", "--kubeconfig", str(cluster.kubeconfig),
@@ -52,7 +46,8 @@ async def one_start(kube, cluster, workdir: Path, tree: Path, gang: str, bound_b
     try:
         first, _ = await cp.wait_all_bound(kube, "bench-new", bound_before + 1, timeout=900)
         row = {"first bind s": first - start, "RSS MiB": rs.peak_rss_mib(proc.pid),
-               "own CPU s": cpu_seconds(proc.pid), "API server CPU s": cpu_seconds(apiserver) - apiserver_before}
+               "own CPU s": cp.process_cpu_seconds(proc.pid),
+               "API server CPU s": cp.process_cpu_seconds(apiserver) - apiserver_before}
         await cp.wait_all_bound(kube, "bench-new", bound_before + 8, timeout=900)
     finally:
         cp.stop(proc)

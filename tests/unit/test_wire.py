@@ -2,7 +2,6 @@
 model would read the whole JSON."""
 from __future__ import annotations
 
-import dataclasses
 import json
 import types
 import typing
@@ -108,12 +107,11 @@ def test_every_field_the_model_reads_is_decoded():
     assert not kept(("spec", "volumes")) and not kept(("metadata", "managedFields"))
 
 
-def test_a_pod_read_holds_podinfo_fields_only_and_equals_one_made_by_init():
+def test_a_pod_read_holds_podinfo_fields_only():
     """pod_from_json fills the instance without __init__: a misnamed field
     would be a stray attribute, not an error."""
     pod = pod_from_json(FULL_POD, frozenset(["own", "volcano", "native"]))
     assert set(pod.__dict__) == set(PodInfo.__dataclass_fields__)
-    assert pod == dataclasses.replace(pod)
     assert pod.tolerations and pod_from_json(FULL_POD).tolerations[0] is pod.tolerations[0]  # shared, not copied
 
 
