@@ -14,6 +14,7 @@ $(PY):
 install: $(PY)
 	$(PY) -m pip install --quiet --upgrade pip
 	PYTHONWARNINGS=ignore $(PY) -m pip install --quiet -e '.[test]'  # (setuptools warns of editable installs)
+	$(PY) -m compileall -q batchsched  # bytecode, as a wheel's install writes: starts need not compile from source
 
 binaries:
 	$(PYTHON) e2e/localcluster.py build

@@ -58,6 +58,8 @@ async def one_start(kube, cluster, workdir: Path, tree: Path, gang: str, bound_b
 
 async def main_async(args) -> None:
     trees = {"this tree": HERE, "baseline": args.baseline.resolve()}
+    for tree in trees.values():
+        cp.as_installed(tree)
     async with cp.bench_cluster("bench-restart-ab-", qps_connections=128) as (cluster, kube, workdir):
         await rs.populate(kube, args.nodes, args.pods)
         (workdir / "batchsched.yaml").write_text(yaml.safe_dump(
