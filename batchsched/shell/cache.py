@@ -142,11 +142,12 @@ class Reflector:
     async def _convert(self, page: dict, listed: dict[str, Any]) -> None:
         """A page's objects into ``listed``, a slice at a time: between
         slices the next page's request goes out and other collections move."""
-        items = page.get("items") or ()
+        items = page.get("items") or []
         for first in range(0, len(items), CONVERT_SLICE):
             await asyncio.sleep(0)
-            for obj in items[first:first + CONVERT_SLICE]:
-                entry = self.convert(obj)
+            for i in range(first, min(first + CONVERT_SLICE, len(items))):
+                entry = self.convert(items[i])
+                items[i] = None  # its raw object goes now, not with the page
                 if entry is not None:
                     listed[entry[0]] = entry[1]
 
