@@ -1,5 +1,6 @@
 """The watch cache's bookkeeping, fed with API-shaped JSON (no I/O)."""
 import asyncio
+import gc
 
 import pytest
 
@@ -232,6 +233,24 @@ def test_a_relist_holds_the_raw_objects_of_two_pages_at_most(cache):
     assert source.alive_from_earlier_pages == [0, 0, 0, 0]
     assert source.alive_from_the_last_page == [0, 2, 2, 2]
     assert len(cache.pods) == 7
+
+
+def test_a_page_being_converted_frees_each_raw_object_once_converted(cache):
+    source = PagedList([pod_json(f"p{i}", f"u{i}") for i in range(6)])
+    reflector = next(r for r in cache.reflectors(source) if r.kind == "pods")
+    reflector.page_size = 3
+    convert, alive_in_its_page = reflector.convert, []
+
+    def counting(obj):
+        gc.collect()
+        page = next(refs for refs in source._served if any(ref() is obj for ref in refs))
+        alive_in_its_page.append(sum(1 for ref in page if ref() is not None))
+        return convert(obj)
+
+    reflector.convert = counting
+    asyncio.run(reflector.list_once())
+    assert alive_in_its_page == [3, 2, 1, 3, 2, 1]
+    assert len(cache.pods) == 6
 
 
 def relist_while_the_scheduler_runs(cache, page_size: int, assume_before_page: int) -> list[bool]:
