@@ -165,8 +165,8 @@ def as_installed(tree: Path) -> None:
     ``pip install`` (the image's) writes every module's .pyc; a checkout has
     none, and with PYTHONDONTWRITEBYTECODE set (as on our machines) every
     start from it compiles ~75 modules from source again (~0.1 s of
-    CPU: bench/RESULTS.md, "Starts measured as installed").  Modules
-    already compiled are skipped.
+    CPU: bench/RESULTS.md, "Fewer, larger list pages; starts timed as
+    installed").  Modules already compiled are skipped.
     """
     if not compileall.compile_dir(tree / "batchsched", quiet=1):
         raise RuntimeError(f"{tree}/batchsched does not compile")
