@@ -60,11 +60,17 @@ CHECKPOINT_CLOCK_SKEW_SECONDS = 60.0  # a checkpoint-time this far ahead of our 
 
 PODGROUPS_PATH = gangsources.SOURCES[gangsources.OWN].path
 QUEUES_PATH = f"/apis/{constants.GROUP}/{constants.VERSION}/{constants.QUEUE_PLURAL}"
-# Objects per list page: its raw JSON is all a relist holds beyond the model objects.
-# Each page costs the API server ~7 ms beyond its objects: 50,000 pods in pages
-# of 500 took it ~2.2 s of CPU, in pages of 2,000 ~1.5 s (bench/RESULTS.md,
-# "Fewer, larger list pages").
+# Objects per list page, at most: its raw JSON is all a relist holds beyond the
+# model objects.  Each page costs the API server ~7 ms beyond its objects: 50,000
+# pods in pages of 500 took it ~2.2 s of CPU, in pages of 2,000 ~1.5 s
+# (bench/RESULTS.md, "Fewer, larger list pages").
 LIST_PAGE_SIZE = 2000
+# A page's size is aimed at PAGE_BYTES of raw JSON, from the bytes per object of
+# the page before; the first asks for FIRST_PAGE_SIZE.  Tenants' objects can be
+# large (the API server stores objects of ~1.5 MB, 256 KiB of annotations each),
+# and 2,000 such pods would be gigabytes in one page.
+FIRST_PAGE_SIZE = 50
+PAGE_BYTES = 8 * 2**20
 CONVERT_SLICE = 100  # objects converted between two yields to the event loop (~3 ms of pods)
 MIN_BACKOFF_SECONDS, MAX_BACKOFF_SECONDS = 0.2, 30.0
 # A refused PodGroup's reason goes into its status condition and an Event:
@@ -111,14 +117,14 @@ class Reflector:
         """
         listed: dict[str, Any] = {}
         pages, started = 0, time.monotonic()
-        asked = asyncio.ensure_future(self._page(None))
+        asked = asyncio.ensure_future(self._page(None, min(self.page_size, FIRST_PAGE_SIZE)))
         try:
             while True:
-                page = await asked
+                page, size = await asked
                 pages += 1
                 cont, resource_version = self._continued(page)
                 if cont:
-                    asked = asyncio.ensure_future(self._page(cont))
+                    asked = asyncio.ensure_future(self._page(cont, self._next_limit(size, page)))
                 await self._convert(page, listed)
                 if not cont:
                     break
@@ -128,9 +134,24 @@ class Reflector:
         log.info("%s listed: %d in %d page(s), %.1fs", self.kind, len(listed), pages, time.monotonic() - started)
         return resource_version
 
-    async def _page(self, cont: str | None) -> dict:
-        return await self.kube.request("GET", self.path, query={"limit": self.page_size, "continue": cont},
-                                       timeout=120, decode=self.decode_page)
+    async def _page(self, cont: str | None, limit: int) -> tuple[dict, int]:
+        """The page and the bytes of its raw JSON."""
+        size = 0
+
+        def decode(data: bytes) -> dict:
+            nonlocal size
+            size = len(data)
+            return self.decode_page(data)
+
+        page = await self.kube.request("GET", self.path, query={"limit": limit, "continue": cont},
+                                       timeout=120, decode=decode)
+        return page, size
+
+    def _next_limit(self, size: int, page: dict) -> int:
+        """The next page's size: PAGE_BYTES at the bytes per object of
+        ``page`` (``size`` bytes of JSON), within 1 and ``page_size``."""
+        per_object = size / max(len(page.get("items") or ()), 1)
+        return max(1, min(self.page_size, int(PAGE_BYTES / max(per_object, 1))))
 
     def _continued(self, page: dict) -> tuple[str | None, str]:
         """The page's continue token (None: the last page) and resourceVersion."""

@@ -10,7 +10,8 @@ import signal
 import pytest
 
 from batchsched.api import constants
-from batchsched.shell.cache import ClusterCache
+from batchsched.shell import cache as cache_module
+from batchsched.shell.cache import ClusterCache, Reflector
 from batchsched.shell.kube import Kube
 from tests.support.kube import wait_for
 from tests.support.metrics import sample
@@ -120,3 +121,37 @@ def test_sigusr1_relists_every_cache_and_scheduling_goes_on_without_double_booki
             for g in p["metadata"]["annotations"][constants.GPU_IDS_ANNOTATION].split(",")]
     assert sorted(gpus) == sorted(set(gpus)) and len(gpus) == 8  # every GPU of the node, each once
     assert set(env.bound().values()) == {node}
+
+
+def test_a_page_of_large_objects_holds_fewer_of_them(env, monkeypatch):
+    """Pages are sized by the JSON the API server sends, as decompressed
+    (it gzips answers this large): tenants' big pods come a few at a time."""
+    ns = env.namespace
+    for i in range(8):
+        body = pod(f"big-{i}", ns)
+        body["metadata"]["annotations"] = {"note": "x" * 100_000}  # the API server allows 256 KiB
+        env.create(body)
+    monkeypatch.setattr(cache_module, "FIRST_PAGE_SIZE", 2)
+    monkeypatch.setattr(cache_module, "PAGE_BYTES", 350_000)
+
+    async def scenario():
+        kube = await Kube.connect(env.kubeconfig)
+        try:
+            listed: dict[str, str] = {}
+            reflector = Reflector(kube, f"/api/v1/namespaces/{ns}/pods", "pods",
+                                  lambda obj: (obj["metadata"]["uid"], obj["metadata"]["name"]),
+                                  listed.update, lambda event_type, obj: None)
+            limits, request = [], kube.request
+
+            async def spied(method, path, *, query=None, **kwargs):
+                limits.append(query["limit"])
+                return await request(method, path, query=query, **kwargs)
+            kube.request = spied
+            await reflector.list_once()
+            return listed, limits
+        finally:
+            await kube.close()
+
+    listed, limits = asyncio.run(scenario())
+    assert sorted(listed.values()) == [f"big-{i}" for i in range(8)]
+    assert limits == [2, 3, 3]  # ~102 KB a pod: 3 of them in 350,000 bytes

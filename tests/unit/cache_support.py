@@ -31,6 +31,8 @@ class PagedList:
         self.alive_from_the_last_page: list[int] = []
         self._served: list[list[weakref.ref]] = []  # per page served
         self.watches = 0
+        self.limits: list[int] = []  # the limit each page was asked with
+        self.page_bytes: list[int] = []  # the JSON of each page served
 
     async def request(self, method: str, path: str, *, query: dict, timeout: float | None = None,
                       decode: Callable[[bytes], dict] = json.loads) -> dict:
@@ -43,7 +45,10 @@ class PagedList:
         start = int(query.get("continue") or 0)
         end = start + query["limit"]
         more = {"continue": str(end)} if end < len(self.items) else {}
-        page = decode(json.dumps({"metadata": {"resourceVersion": "7", **more}, "items": self.items[start:end]}).encode())
+        raw = json.dumps({"metadata": {"resourceVersion": "7", **more}, "items": self.items[start:end]}).encode()
+        self.limits.append(query["limit"])
+        self.page_bytes.append(len(raw))
+        page = decode(raw)
         page["items"] = [RawObject(obj) for obj in page["items"]]
         self._served.append([weakref.ref(obj) for obj in page["items"]])
         return page

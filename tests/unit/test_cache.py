@@ -5,6 +5,7 @@ import gc
 import pytest
 
 from batchsched.api.constants import POD_GROUP_LABEL
+from batchsched.shell import cache as cache_module
 from batchsched.shell.cache import ClusterCache
 from tests.unit.cache_support import PagedList, relist
 
@@ -251,6 +252,23 @@ def test_a_page_being_converted_frees_each_raw_object_once_converted(cache):
     asyncio.run(reflector.list_once())
     assert alive_in_its_page == [3, 2, 1, 3, 2, 1]
     assert len(cache.pods) == 6
+
+
+def test_list_pages_are_sized_by_the_bytes_of_their_objects(cache, monkeypatch):
+    monkeypatch.setattr(cache_module, "FIRST_PAGE_SIZE", 2)
+    monkeypatch.setattr(cache_module, "PAGE_BYTES", 20_000)
+    small = relist(cache, "pods", [pod_json(f"p{i}", f"u{i}") for i in range(30)], page_size=10)
+    assert small.limits == [2, 10, 10, 10]  # ~300 bytes a pod: the most a page may hold
+
+    def big(i: int) -> dict:  # a tenant's pod with 5 KB of annotations
+        pod = pod_json(f"b{i}", f"ub{i}")
+        pod["metadata"]["annotations"] = {"note": "x" * 5000}
+        return pod
+
+    large = relist(cache, "pods", [big(i) for i in range(12)], page_size=10)
+    assert large.limits == [2, 3, 3, 3, 3]
+    assert max(large.page_bytes) <= 20_000
+    assert len(cache.pods) == 12
 
 
 def relist_while_the_scheduler_runs(cache, page_size: int, assume_before_page: int) -> list[bool]:
