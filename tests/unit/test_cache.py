@@ -271,6 +271,47 @@ def test_list_pages_are_sized_by_the_bytes_of_their_objects(cache, monkeypatch):
     assert len(cache.pods) == 12
 
 
+def test_a_garbled_or_unpaged_list_answer_is_relisted_or_taken_whole(cache):
+    """The page sizing reads each answer's items and bytes: a page whose
+    items are no list (never sent by a real API server) counts as an error
+    and the list starts over; an answer that ignores the limit (as an
+    unpaged list from the watch cache does) is taken whole."""
+    pods = [pod_json(f"p{i}", f"u{i}") for i in range(30)]
+
+    class GarbledFirst(PagedList):
+        garbled = True
+
+        async def request(self, method, path, *, query, **kwargs):
+            if self.garbled:
+                self.garbled = False
+                return {"metadata": {"resourceVersion": "7", "continue": "0"}, "items": {"not": "a list"}}
+            return await super().request(method, path, query=query, **kwargs)
+
+    restarts = []
+    cache.on_watch_restart = lambda kind, why: restarts.append((kind, why))
+    source = GarbledFirst(pods)
+    reflector = next(r for r in cache.reflectors(source) if r.kind == "pods")
+
+    async def until_synced():
+        running = asyncio.create_task(reflector.run())
+        await asyncio.wait_for(reflector.synced.wait(), 10)
+        running.cancel()
+        await asyncio.gather(running, return_exceptions=True)
+
+    asyncio.run(until_synced())
+    assert restarts == [("pods", "error")] and reflector.error == ""
+    assert len(cache.pods) == 30
+
+    class Unpaged(PagedList):
+        async def request(self, method, path, *, query, **kwargs):
+            return await super().request(method, path, query={**query, "limit": len(self.items)}, **kwargs)
+
+    unpaged = asyncio.run(new_cache())
+    served = Unpaged(pods)
+    asyncio.run(next(r for r in unpaged.reflectors(served) if r.kind == "pods").list_once())
+    assert len(served.page_bytes) == 1 and unpaged.pods == cache.pods
+
+
 def relist_while_the_scheduler_runs(cache, page_size: int, assume_before_page: int) -> list[bool]:
     """The scenario of a relist after missed events, with a cycle assuming
     a binding for pod e before page ``assume_before_page`` is requested;
