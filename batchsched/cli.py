@@ -9,10 +9,11 @@ import sys
 import time
 from pathlib import Path
 
-from batchsched.config import load_config
-
 
 async def _run(args: argparse.Namespace) -> int:
+    from batchsched.shell.heap import collect_rarely
+    collect_rarely()  # before the imports below: at Python's thresholds, collections walking what they build took ~60 ms of a start
+    from batchsched.config import load_config
     from batchsched.shell.logs import setup_logging
     from batchsched.shell.replica import run_replica
 
@@ -24,6 +25,7 @@ async def _run(args: argparse.Namespace) -> int:
 async def _explain(args: argparse.Namespace) -> int:
     import aiohttp
 
+    from batchsched.config import load_config
     from batchsched.core.explain import explain_gang, explain_waiting, gang_key_for
     from batchsched.shell.cache import ClusterCache
     from batchsched.shell.kube import ApiError, Kube, resolve_target

@@ -39,36 +39,71 @@ import types
 from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable, Mapping
+from typing import Any, AsyncIterator, Callable, Iterator, Mapping
 from urllib.parse import quote
 
-import aiohttp
 import yaml
 
 
-def _without_the_sync_client() -> None:
-    """Let ``kubernetes.aio`` load without the synchronous client.
+@contextlib.contextmanager
+def _no_default_certificates() -> Iterator[None]:
+    """While importing aiohttp, point OpenSSL's default certificate paths at
+    nothing.
 
-    It lives inside the ``kubernetes`` package, whose ``__init__`` imports
-    the whole synchronous client, config, watch, dynamic and stream modules
-    (~225 modules, 0.1-0.2 s of every start: bench/RESULTS.md), none of
-    which ``kubernetes.aio`` uses.  Unless something imported ``kubernetes``
-    already, the package is entered as a bare namespace over the same
-    directory; ``from kubernetes import client`` still works (it imports the
-    submodule), only attributes its ``__init__`` would have set are absent.
+    ``aiohttp.connector`` builds two default TLS contexts at import time,
+    each loading the system's CA bundle (~300 certificates, 30-100 ms each on
+    our machines: bench/RESULTS.md).  Nothing here uses them: every session
+    to the API server gets the context the kubeconfig or service account
+    describes.  The variables are restored at once, so contexts made later
+    (the kube client's, when a kubeconfig names no CA) read the real bundle.
+    Were aiohttp's defaults ever used, they would trust nothing and fail
+    closed.
     """
-    if "kubernetes" in sys.modules:
+    saved = {name: os.environ.get(name) for name in ("SSL_CERT_FILE", "SSL_CERT_DIR")}
+    os.environ.update(dict.fromkeys(saved, os.devnull))
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+with _no_default_certificates():
+    import aiohttp
+
+
+def _bare_package(name: str) -> None:
+    """Enter package ``name`` as a bare namespace over its directory,
+    without running its ``__init__``, unless something imported it already.
+
+    ``kubernetes``' ``__init__`` imports the whole synchronous client, config,
+    watch, dynamic and stream modules (~225 modules, 0.1-0.2 s of every
+    start: bench/RESULTS.md), none of which ``kubernetes.aio`` uses; and
+    ``kubernetes.aio``'s imports its own dynamic, watch (which loads pydoc),
+    stream, leaderelection and utils modules, of which only ``client`` and
+    ``config`` are used here.  ``from kubernetes import client`` still works
+    (it imports the submodule); only attributes an ``__init__`` would have
+    set are absent.
+    """
+    if name in sys.modules:
         return
-    spec = importlib.util.find_spec("kubernetes")
+    spec = importlib.util.find_spec(name)
     if spec is None or not spec.submodule_search_locations:
         return  # not installed as a package: the import below says so
-    package = types.ModuleType("kubernetes")
+    package = types.ModuleType(name)
     package.__path__ = list(spec.submodule_search_locations)
     package.__spec__ = spec
-    sys.modules["kubernetes"] = package
+    sys.modules[name] = package
+    parent, _, child = name.rpartition(".")
+    if parent:
+        setattr(sys.modules[parent], child, package)
 
 
-_without_the_sync_client()
+_bare_package("kubernetes")
+_bare_package("kubernetes.aio")
 from kubernetes.aio import client, config  # noqa: E402
 from kubernetes.aio.config.config_exception import ConfigException  # noqa: E402
 

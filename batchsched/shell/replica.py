@@ -15,9 +15,9 @@ import signal
 from typing import Callable
 
 from batchsched.config import SchedulerConfig
+from batchsched.shell.kube import Kube  # first: it imports aiohttp without reading certificates it never uses
 from batchsched.shell import server
 from batchsched.shell.heap import collect_rarely, settle_heap
-from batchsched.shell.kube import Kube
 from batchsched.shell.leader import LeaderElector, default_identity, resolve_lease_namespace
 from batchsched.shell.metrics import Metrics
 from batchsched.shell.scheduler import Scheduler
