@@ -39,6 +39,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import AsyncIterator, Callable
 
@@ -126,7 +127,8 @@ class Rate:
     """Pods/s from the start of work (process start, or first bind call for
     the null binder) and in steady state (first to last binding seen)."""
 
-    def __init__(self, count: int, start: float, first: float, last: float, cpu_binding: float | None = None):
+    def __init__(self, count: int, start: float, first: float, last: float, cpu_binding: float | None = None,
+                 events_binding: int | None = None):
         self.overall = count / (last - start)
         self.steady = (count - 1) / max(last - first, 1e-9)
         self.startup = first - start
@@ -135,6 +137,21 @@ class Rate:
         # its process with the harness).
         self.cpu_per_1000 = None if cpu_binding is None else cpu_binding * 1000 / count
         self.cpu_share = None if cpu_binding is None else cpu_binding / max(last - first, 1e-9)
+        # Events the contender created in the namespace from the second of its
+        # first binding to that of its last (batchsched only): writes that
+        # shared the API server with its bindings.
+        self.events_binding = events_binding
+
+
+async def events_within(kube: Kube, ns: str, first: float, last: float) -> int:
+    """Events in ``ns`` first recorded within the seconds of monotonic
+    times ``first`` .. ``last`` (Events carry whole seconds)."""
+    to_wall = time.time() - time.monotonic()
+    since, until = int(first + to_wall), int(last + to_wall) + 1
+    listing = await kube.request("GET", f"/api/v1/namespaces/{ns}/events")
+    stamps = [item.get("firstTimestamp") or "" for item in listing.get("items") or ()]
+    return sum(1 for stamp in stamps if stamp and since <= datetime.fromisoformat(
+        stamp.replace("Z", "+00:00")).timestamp() < until)
 
 
 def process_cpu_seconds(pid: int) -> float:
@@ -210,7 +227,8 @@ async def run_batchsched(kube: Kube, kubeconfig: Path, workdir: Path, ns: str, p
     try:
         first, last = await wait_all_bound(kube, ns, count,
                                            on_first=lambda: cpu_at_first.append(process_cpu_seconds(proc.pid)))
-        return Rate(count, start, first, last, process_cpu_seconds(proc.pid) - cpu_at_first[0])
+        cpu = process_cpu_seconds(proc.pid) - cpu_at_first[0]
+        return Rate(count, start, first, last, cpu, await events_within(kube, ns, first, last))
     finally:
         stop(proc)
 
@@ -317,6 +335,8 @@ async def main_async(args) -> None:
     print("\nbatchsched's CPU from its first binding to its last, each round: seconds per 1,000 pods "
           + ", ".join(f"{b.cpu_per_1000:.2f}" for b in ours) + "; share of one core "
           + ", ".join(f"{b.cpu_share:.2f}" for b in ours))
+    print("Events batchsched created during its binding window, each round: "
+          + ", ".join(str(b.events_binding) for b in ours) + f" (of {args.pods} pods bound)")
     print("\nper round, steady pods/s (a) / (b) = ratio: " + "; ".join(
         f"{a.steady:.0f} / {b.steady:.0f} = {b.steady / a.steady:.2f}" for a, b in zip(null_rates, ours)))
     if latency is not None:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from dataclasses import dataclass
 from typing import AsyncIterator, Callable
@@ -68,11 +69,19 @@ class BindResult:
 
 VERIFY_BACKOFF_MAX_SECONDS = 5.0
 
+# Bindings less than this apart are one burst.  The bindings of a burst's
+# successive cycles leave the binder idle only for the few milliseconds
+# between them; writes that can wait (events, statuses) let in then took
+# the API server from the next cycle's bindings (bench/RESULTS.md, "Writes
+# that can wait hold off for a quiet moment").
+QUIET_SECONDS = 0.5
+
 
 class Binder:
-    def __init__(self, kube: Kube, parallelism: int = 32, retries: int = 3):
+    def __init__(self, kube: Kube, parallelism: int = 32, retries: int = 3, quiet: float = QUIET_SECONDS):
         self.kube = kube
         self.retries = retries
+        self.quiet = quiet
         # Asked while an outcome is being read back, with the pod's uid and
         # node: None while the watch has not settled the pod, else whether it
         # shows the pod bound to that node (then reading stops).
@@ -81,6 +90,7 @@ class Binder:
         self._in_flight = 0
         self._idle = asyncio.Event()
         self._idle.set()
+        self._idle_since = -math.inf  # when the last binding in flight ended
 
     async def bind_each(self, requests: list[BindRequest]) -> AsyncIterator[BindResult]:
         """Bind all of ``requests``, yielding each outcome as soon as it is
@@ -97,6 +107,7 @@ class Binder:
             self._in_flight -= len(requests)
             if not self._in_flight:
                 self._idle.set()
+                self._idle_since = time.monotonic()
 
     async def bind_all(self, requests: list[BindRequest]) -> list[BindResult]:
         """Every outcome, in the order of ``requests``."""
@@ -104,15 +115,22 @@ class Binder:
         return [outcomes[id(request)] for request in requests]
 
     async def wait_idle(self, at_most: float) -> None:
-        """Until no binding is in flight, or ``at_most`` seconds: writes that
-        can wait (events, PodGroup status) let a burst of bindings go first,
-        as each takes a share of the same API server."""
-        if not self._idle.is_set():
-            try:
-                async with asyncio.timeout(at_most):  # not wait_for: see Scheduler._wait_for_work
-                    await self._idle.wait()
-            except TimeoutError:
-                pass
+        """Until no binding has been in flight for ``quiet`` seconds, or
+        ``at_most`` seconds: writes that can wait (events, PodGroup status)
+        let a burst of bindings go first, as each takes a share of the same
+        API server."""
+        deadline = time.monotonic() + at_most
+        while True:
+            if not self._idle.is_set():
+                try:  # (asyncio.timeout, not wait_for: see Scheduler._wait_for_work)
+                    async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
+                        await self._idle.wait()
+                except TimeoutError:
+                    return
+            now = time.monotonic()
+            if now >= min(self._idle_since + self.quiet, deadline):
+                return
+            await asyncio.sleep(min(self._idle_since + self.quiet, deadline) - now)  # then look again: one may have started
 
     async def _bind_one(self, req: BindRequest) -> BindResult:
         annotations = {constants.GPU_IDS_ANNOTATION: ",".join(map(str, req.gpu_ids))} if req.gpu_ids else None

@@ -4,9 +4,10 @@ A status is written only when it differs from the last one written (ignoring
 timestamps), and at most once per ``min_interval`` per group, so an idle
 cluster costs no writes.  Events are rate-limited per object and never stale
 (:class:`EventRecorder`).
-Both wait while bindings are in flight (``wait_for_bindings``, at most
-``YIELD_TO_BINDINGS_SECONDS``): they share the API server with the
-bindings, and a pod bound a moment sooner is worth more than its event.
+Both wait for a pause in the bindings (``wait_for_bindings``: the binder's
+``wait_idle``; status writes at most ``YIELD_TO_BINDINGS_SECONDS``, Events
+``EVENT_YIELD_SECONDS``): they share the API server with the bindings, and a
+pod bound a moment sooner is worth more than its event.
 """
 from __future__ import annotations
 
@@ -148,6 +149,13 @@ EVENT_DEDUP_SECONDS = 600.0
 EVENT_MIN_INTERVAL_SECONDS = 10.0
 # Objects whose last event is remembered; beyond it the oldest are forgotten.
 MAX_TRACKED_OBJECTS = 50_000
+# How long an Event may wait for the bindings to pause: longer than a status
+# write, as nothing reads Events to act.  A burst binds each of its pods with
+# a Scheduled Event of its own to follow, one write per binding: were they let
+# in 10 s after each binding, a burst longer than that would share the API
+# server with its own Events (bench/RESULTS.md, "Writes that can wait hold
+# off for a quiet moment").  At 400 bindings/s, 30 s hold ~12,000 of them.
+EVENT_YIELD_SECONDS = 30.0
 
 
 @dataclass
@@ -183,10 +191,11 @@ class EventRecorder:
     def __init__(self, kube: Kube, component: str, max_in_flight: int = 16,
                  wait_for_bindings: Callable[[float], Awaitable[None]] = _no_wait,
                  min_interval: float = EVENT_MIN_INTERVAL_SECONDS, clock: Callable[[], float] = time.monotonic,
-                 max_objects: int = MAX_TRACKED_OBJECTS):
+                 max_objects: int = MAX_TRACKED_OBJECTS, yield_seconds: float = EVENT_YIELD_SECONDS):
         self.kube = kube
         self.component = component
         self.wait_for_bindings = wait_for_bindings
+        self.yield_seconds = yield_seconds
         self.min_interval = min_interval
         self.clock = clock
         self.max_objects = max_objects
@@ -256,7 +265,7 @@ class EventRecorder:
             "reportingInstance": self.component,
             "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1,
         }
-        yield_until = time.monotonic() + YIELD_TO_BINDINGS_SECONDS
+        yield_until = time.monotonic() + self.yield_seconds
         async with self._slots:
             # Waited for with a slot held: events let through by an idle moment
             # must not go on to post once bindings start again.

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 
-from batchsched.shell.status import EventRecorder, StatusWriter, node_ref, pod_ref
+from batchsched.shell.status import YIELD_TO_BINDINGS_SECONDS, EventRecorder, StatusWriter, node_ref, pod_ref
 from tests.unit.yield_support import BindingsInFlight
 
 POD = pod_ref("team-a", "train-0", "uid-0")
@@ -151,3 +151,27 @@ def test_podgroup_status_writes_yield_to_bindings_that_start_again_after_an_idle
         return seen
     seen = asyncio.run(main())
     assert seen[0] == 0 and seen[1] <= 1 and seen[2] == 10
+
+
+def test_events_wait_for_bindings_that_never_pause_their_own_longer_time():
+    """Events may wait longer than status writes (EVENT_YIELD_SECONDS): a
+    burst's Scheduled Events follow it, not share the API server with it;
+    bindings that never pause still get them out at that limit."""
+    kube = RecordingKube()
+    asked: list[float] = []
+
+    async def bindings_never_pause(at_most: float) -> None:
+        asked.append(at_most)
+        await asyncio.sleep(at_most)
+
+    async def main():
+        recorder = EventRecorder(kube, "batchsched", wait_for_bindings=bindings_never_pause, yield_seconds=0.3)
+        recorder.emit(POD, "Normal", "Scheduled", "bound")
+        await asyncio.sleep(0.2)
+        waiting = list(kube.posted)
+        await asyncio.sleep(0.3)
+        return waiting
+    assert asyncio.run(main()) == []
+    assert kube.posted == [("train-0", "Scheduled", "bound")]
+    assert 0.25 < asked[0] <= 0.3
+    assert EventRecorder(RecordingKube(), "batchsched").yield_seconds > YIELD_TO_BINDINGS_SECONDS
