@@ -12,7 +12,9 @@ from pathlib import Path
 
 async def _run(args: argparse.Namespace) -> int:
     from batchsched.shell.heap import collect_rarely
-    collect_rarely()  # before the imports below: at Python's thresholds, collections walking what they build took ~60 ms of a start
+    # Before the imports below: at Python's thresholds, collections walked
+    # what they build ~130 times, ~60 ms of a start (bench/RESULTS.md).
+    collect_rarely()
     from batchsched.config import load_config
     from batchsched.shell.logs import setup_logging
     from batchsched.shell.replica import run_replica

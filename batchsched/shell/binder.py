@@ -127,10 +127,10 @@ class Binder:
                         await self._idle.wait()
                 except TimeoutError:
                     return
-            now = time.monotonic()
-            if now >= min(self._idle_since + self.quiet, deadline):
+            until = min(self._idle_since + self.quiet, deadline)
+            if time.monotonic() >= until:
                 return
-            await asyncio.sleep(min(self._idle_since + self.quiet, deadline) - now)  # then look again: one may have started
+            await asyncio.sleep(until - time.monotonic())  # then look again: a binding may have started
 
     async def _bind_one(self, req: BindRequest) -> BindResult:
         annotations = {constants.GPU_IDS_ANNOTATION: ",".join(map(str, req.gpu_ids))} if req.gpu_ids else None
