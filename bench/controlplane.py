@@ -128,7 +128,7 @@ class Rate:
     the null binder) and in steady state (first to last binding seen)."""
 
     def __init__(self, count: int, start: float, first: float, last: float, cpu_binding: float | None = None,
-                 events_binding: int | None = None):
+                 events_binding: int | None = None, server_cpu_binding: float | None = None):
         self.overall = count / (last - start)
         self.steady = (count - 1) / max(last - first, 1e-9)
         self.startup = first - start
@@ -141,6 +141,10 @@ class Rate:
         # first binding to that of its last (batchsched only): writes that
         # shared the API server with its bindings.
         self.events_binding = events_binding
+        # CPU seconds the API server and etcd spent over the same window, per
+        # 1,000 pods: what the contender's bindings, watches and other writes
+        # cost the control plane.
+        self.server_cpu_per_1000 = None if server_cpu_binding is None else server_cpu_binding * 1000 / count
 
 
 async def events_within(kube: Kube, ns: str, first: float, last: float) -> int:
@@ -160,7 +164,8 @@ def process_cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-async def run_null_binder(kube: Kube, ns: str, nodes: list[str], count: int, parallel: int) -> Rate:
+async def run_null_binder(kube: Kube, ns: str, nodes: list[str], count: int, parallel: int,
+                          server_cpu: Callable[[], float]) -> Rate:
     await create_many(kube, f"/api/v1/namespaces/{ns}/pods",
                       [pod_body(f"p{i}", ns, "null-binder") for i in range(count)])
     listing = await kube.request("GET", f"/api/v1/namespaces/{ns}/pods")
@@ -171,9 +176,11 @@ async def run_null_binder(kube: Kube, ns: str, nodes: list[str], count: int, par
     async def bind(i, name, uid):
         async with sem:
             await kube.bind(ns, name, uid, nodes[i % len(nodes)])
-    watcher = asyncio.create_task(wait_all_bound(kube, ns, count))
+    server_at_first: list[float] = []
+    watcher = asyncio.create_task(wait_all_bound(kube, ns, count, on_first=lambda: server_at_first.append(server_cpu())))
     await asyncio.gather(*(bind(i, n, u) for i, (n, u) in enumerate(pods)))
-    return Rate(count, start, *(await watcher))
+    first, last = await watcher
+    return Rate(count, start, first, last, server_cpu_binding=server_cpu() - server_at_first[0])
 
 
 def as_installed(tree: Path) -> None:
@@ -213,7 +220,7 @@ def stop(proc: subprocess.Popen) -> None:
 
 
 async def run_batchsched(kube: Kube, kubeconfig: Path, workdir: Path, ns: str, pool: str,
-                         count: int, gang: int) -> Rate:
+                         count: int, gang: int, server_cpu: Callable[[], float]) -> Rate:
     groups = f"/apis/{constants.API_VERSION}/namespaces/{ns}/podgroups"
     await create_many(kube, groups, [{"apiVersion": constants.API_VERSION, "kind": "PodGroup",
                                       "metadata": {"name": f"g{g}", "namespace": ns},
@@ -225,10 +232,10 @@ async def run_batchsched(kube: Kube, kubeconfig: Path, workdir: Path, ns: str, p
     proc = start_batchsched(kubeconfig, workdir, pool)
     cpu_at_first: list[float] = []
     try:
-        first, last = await wait_all_bound(kube, ns, count,
-                                           on_first=lambda: cpu_at_first.append(process_cpu_seconds(proc.pid)))
-        cpu = process_cpu_seconds(proc.pid) - cpu_at_first[0]
-        return Rate(count, start, first, last, cpu, await events_within(kube, ns, first, last))
+        first, last = await wait_all_bound(kube, ns, count, on_first=lambda: cpu_at_first.extend(
+            (process_cpu_seconds(proc.pid), server_cpu())))
+        cpu, server = process_cpu_seconds(proc.pid) - cpu_at_first[0], server_cpu() - cpu_at_first[1]
+        return Rate(count, start, first, last, cpu, await events_within(kube, ns, first, last), server)
     finally:
         stop(proc)
 
@@ -303,15 +310,18 @@ async def main_async(args) -> None:
             await create_many(kube, "/api/v1/nodes", [node_body(n, pool) for n in node_names[pool]])
         await asyncio.sleep(2)
         null_rates, ours = [], []
+
+        def server_cpu() -> float:
+            return sum(process_cpu_seconds(cluster.pids[name]) for name in ("kube-apiserver", "etcd"))
         for r in rounds:  # alternating who goes first, each on its own pool
             for contender in (("null", "batchsched") if r % 2 == 0 else ("batchsched", "null")):
                 pool = f"{contender}{r}"
                 if contender == "null":
                     null_rates.append(await run_null_binder(kube, f"bench-{pool}", node_names[pool],
-                                                            args.pods, args.parallel))
+                                                            args.pods, args.parallel, server_cpu))
                 else:
                     ours.append(await run_batchsched(kube, cluster.kubeconfig, workdir, f"bench-{pool}",
-                                                     pool, args.pods, args.gang))
+                                                     pool, args.pods, args.gang, server_cpu))
                 await settle(kube, f"bench-{pool}", args.pods)
         results = {"(a) null binder": median_rate(null_rates), "(b) batchsched": median_rate(ours)}
         latency = None
@@ -337,6 +347,9 @@ async def main_async(args) -> None:
           + ", ".join(f"{b.cpu_share:.2f}" for b in ours))
     print("Events batchsched created during its binding window, each round: "
           + ", ".join(str(b.events_binding) for b in ours) + f" (of {args.pods} pods bound)")
+    print("API server and etcd CPU from the first binding to the last, seconds per 1,000 pods, each round: "
+          "null binder " + ", ".join(f"{a.server_cpu_per_1000:.2f}" for a in null_rates)
+          + "; batchsched " + ", ".join(f"{b.server_cpu_per_1000:.2f}" for b in ours))
     print("\nper round, steady pods/s (a) / (b) = ratio: " + "; ".join(
         f"{a.steady:.0f} / {b.steady:.0f} = {b.steady / a.steady:.2f}" for a, b in zip(null_rates, ours)))
     if latency is not None:
