@@ -26,7 +26,7 @@ from batchsched.core.dra import claims
 from batchsched.core.dra.claims import ClaimAllocation
 from batchsched.core.dra.extended import ExtendedClaim, extended_claim
 from batchsched.core.dra.model import AllocatedDevice
-from batchsched.core.gangs import Gang, GangIndex, foreign_note, members_selector
+from batchsched.core.gangs import Gang, GangChanges, GangIndex, foreign_note, members_selector
 from batchsched.core.model import PodInfo, TopologyPolicy
 from batchsched.core.placement.capacity import CapacityIndex, NodeEntry, cluster_capacity, kept_index
 from batchsched.core.placement.fragmentation import node_choice
@@ -510,11 +510,10 @@ def drained_index(snapshot: Snapshot, gangs: Mapping[str, Gang],
     drainable or not since the last call (another head, a priority
     changed, they bound or ended), or whose runtime hint changed, change
     it on the nodes of their pods only."""
-    cluster, groups = snapshot.cluster, snapshot.groups
-    drainable = frozenset(k for k in cluster.holding_gang_keys()
-                          if k != gang.key and gangs[k].priority <= gang.priority)
-    hints = {k: groups[k].expected_runtime_seconds for k in drainable
-             if k in groups and groups[k].expected_runtime_seconds}
+    cluster = snapshot.cluster
+    holding = _holding_gangs(snapshot, gangs)
+    drainable = frozenset([k for k, (priority, _) in holding.items() if priority <= gang.priority and k != gang.key])
+    hints = {k: hint for k in drainable if (hint := holding[k][1])}
     before = cluster.caches.get("drainable")
     cluster.caches["drainable"] = (drainable, hints)
     turned = ((drainable ^ before[0]) | {k for k in hints.keys() | before[1].keys()
@@ -523,6 +522,29 @@ def drained_index(snapshot: Snapshot, gangs: Mapping[str, Gang],
     nodes = {p.node_name for k in turned for p in (cluster.pods[u] for u in cluster.gang_uids(k)) if p.node_name}
     draining = _draining(snapshot, drainable)
     return kept_index(cluster, "drained", None, _drained_entry(snapshot, draining), also_changed=nodes), draining
+
+
+def _holding_gangs(snapshot: Snapshot, gangs: Mapping[str, Gang]) -> dict[str, tuple[int, float | None]]:
+    """Each gang of ours holding room now: its priority and its PodGroup's
+    runtime hint (expectedRuntimeSeconds, None without).  Kept across
+    cycles: only the gangs whose pods or PodGroup changed are looked up
+    again (with thousands of gangs running, looking each up at every
+    reservation refresh was most of its cost)."""
+    cluster, groups = snapshot.cluster, snapshot.groups
+    changes, facts = cluster.caches.setdefault("holding_gangs", (GangChanges(), {}))
+    holding = cluster.holding_gang_keys()
+    changed = changes.since_last(snapshot)
+    if changed is None:
+        facts.clear()
+        changed = holding
+    for key in changed:
+        if key in holding:
+            group = groups.get(key)
+            facts[key] = (gangs[key].priority, group.expected_runtime_seconds if group is not None else None)
+        else:
+            facts.pop(key, None)
+    changes.looked(snapshot)
+    return facts
 
 
 def _waits_for_queue(book: QueueBook, gang: Gang) -> bool:

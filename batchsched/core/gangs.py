@@ -21,6 +21,7 @@ from batchsched.core.gangsources import OWN, SOURCES, jobsets, stated_size
 from batchsched.core.model import GroupSpec, PodInfo
 from batchsched.core.snapshot import Snapshot
 from batchsched.core.text import clip
+from batchsched.core.tracked import TrackedDict
 
 REASON_GROUP_NOT_FOUND = "PodGroupNotFound"
 REASON_INVALID_GROUP = "InvalidPodGroup"
@@ -98,6 +99,36 @@ class Gang:
     def signature(self) -> Hashable:
         """Changes when the gang's spec or membership does."""
         return (self.spec.generation, frozenset(p.uid for p in self.members))
+
+
+@dataclass
+class GangChanges:
+    """For a cache of per-gang facts kept across cycles: which gangs' pods
+    or PodGroup changed since it last looked, from the cluster's change
+    log and the PodGroups' (a TrackedDict, as the shell's cache and the
+    simulator keep them)."""
+
+    pods_mark: int | None = None  # the cluster's change clock at the last look (None: never looked)
+    groups: Mapping | None = None  # the PodGroups looked at (None: not a TrackedDict)
+    groups_mark: int = 0
+
+    def since_last(self, snapshot: Snapshot) -> set[str] | None:
+        """The gangs changed since the last ``looked``; None when the logs
+        cannot tell (never looked, other PodGroups, logs trimmed): any may
+        have."""
+        groups = snapshot.groups
+        if self.pods_mark is None or self.groups is not groups:
+            return None
+        pods = snapshot.cluster.gangs_changed_since(self.pods_mark)
+        regrouped = groups.changed_since(self.groups_mark)  # (self.groups is a TrackedDict)
+        if pods is None or regrouped is None:
+            return None
+        return set(pods).union(regrouped)
+
+    def looked(self, snapshot: Snapshot) -> None:
+        groups = snapshot.groups
+        self.pods_mark = snapshot.cluster.mark
+        self.groups, self.groups_mark = (groups, groups.mark) if isinstance(groups, TrackedDict) else (None, 0)
 
 
 class GangIndex(Mapping[str, Gang]):

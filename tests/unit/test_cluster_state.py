@@ -20,6 +20,7 @@ from batchsched.core.placement.fit import NodeFilter
 from batchsched.core.placement.fragmentation import NodeChoice, quantized_mix
 from batchsched.core.snapshot import Snapshot
 from batchsched.core.topology.accounting import room_of
+from batchsched.core.tracked import TrackedDict
 from tests.unit.helpers import group, node, pod
 from tests.unit.topology_support import fixture, topology_node
 
@@ -246,12 +247,19 @@ def test_an_equal_node_keeps_the_held_object_and_changes_nothing():
     assert state.nodes["n"].allocatable["nvidia.com/gpu"] == 4 and state.changed_since(mark) == ["n"]
 
 
-def test_the_drained_index_shared_by_every_head_equals_a_fresh_one():
+@pytest.mark.parametrize("tracked", [False, True], ids=["groups-rebuilt", "groups-changed-in-place"])
+def test_the_drained_index_shared_by_every_head_equals_a_fresh_one(tracked):
     """The reservation's "as if drained" index is kept across cycles and
     heads: after random changes, another head (of another priority), and
-    runtime hints that change, it equals one built from scratch."""
+    runtime hints and PodGroup priorities that change, it equals one built
+    from scratch, and it waits out exactly the bound pods of ours that end
+    by themselves, of gangs not above the head's priority.  With the
+    PodGroups changed in place (a TrackedDict, as the shell keeps them),
+    what it kept of each gang is looked up again only for gangs whose pods
+    or PodGroup changed."""
     rng = random.Random(3)
     state = ClusterState("batchsched")
+    tracked_groups = TrackedDict()
     shape = pod("shape", cpu=2, memory="8Gi", gpu=2)
     gang_names = ("g1", "g2", "g3", "g4")
     priorities = {"g1": 0, "g2": 0, "g3": 100, "g4": 1000}
@@ -274,7 +282,11 @@ def test_the_drained_index_shared_by_every_head_equals_a_fresh_one():
                               gpu_ids=",".join(map(str, rng.sample(range(8), gpu))) if bound else None))
         if step % 5:
             continue
-        groups = {f"default/{g}": group(g, expected_runtime=rng.choice((None, 100, 300))) for g in gang_names}
+        groups = {f"default/{g}": group(g, expected_runtime=rng.choice((None, 100, 300)),
+                                        priority=rng.choice((None, None, 50))) for g in gang_names}
+        if tracked:  # only some PodGroups change
+            tracked_groups.update({k: v for k, v in groups.items() if k not in tracked_groups or rng.random() < 0.3})
+            groups = tracked_groups
         snapshot = Snapshot.of(state, groups, float(step))
         gangs = GangIndex(snapshot)
         heads = [k for k in gangs if gangs[k].pending]
@@ -283,6 +295,10 @@ def test_the_drained_index_shared_by_every_head_equals_a_fresh_one():
         head = gangs[rng.choice(heads)]
         heads_seen.add(head.key)
         kept, draining = drained_index(snapshot, gangs, head)
+        waited_out = {k for k in state.holding_gang_keys() if k != head.key and gangs[k].priority <= head.priority}
+        for p in state.pods.values():
+            assert draining(p) == (p.scheduler_name == "batchsched" and p.gang_key in waited_out
+                                   and p.runs_to_completion), (step, p.name)
         assert_views_equal(kept, index_of_entries(state, _drained_entry(snapshot, draining)), shape,
                            (step, head.key))
     assert len(heads_seen) == len(gang_names)  # the index did serve every head
@@ -344,3 +360,56 @@ def test_a_shape_view_answers_alike_nodes_from_one_pick_as_a_fresh_view_would():
             assert view.pick(name, free, room) == fresh.view(shape, policy).pick(name, free, room), (name, policy)
             asked += 1
         assert len(view._picks) < asked  # alike nodes did share answers
+
+
+def test_a_view_files_each_node_as_a_view_of_that_node_alone_would():
+    """A view files alike nodes once (``node_kind``, the free amounts the
+    shape asks and the GPU room): each node's entry, what it lacks, and how
+    many pods it holds empty still equal a view's over that node alone,
+    across boards and flat nodes, Topology Manager policies, clique labels,
+    cpu sizes, GPUs in use and tiebreaks."""
+    rng = random.Random(17)
+    shapes = [pod(f"shape{g}", cpu=c, memory="8Gi", gpu=g) for g, c in ((1, 2), (2, 20), (4, 2), (8, 2))]
+    shared_filings = 0
+    for case in range(12):
+        nodes = []
+        for i in range(16):
+            labels = {}
+            if rng.random() < 0.3:
+                labels[TOPOLOGY_MANAGER_POLICY_LABEL] = "single-numa-node"
+            if rng.random() < 0.3:
+                labels["nvidia.com/gpu.clique"] = "c1"
+            cpu = rng.choice(("64", "96"))
+            nodes.append(topology_node(f"n{i}", DGX1, cpu=cpu, labels=labels) if rng.random() < 0.7
+                         else node(f"n{i}", cpu=cpu, memory="256Gi", gpu=8, labels=labels))
+        state = ClusterState("batchsched", nodes)
+        for i, n in enumerate(nodes):
+            if rng.random() < 0.5:
+                gpus = rng.sample(range(8), rng.randrange(1, 4))
+                state.put_pod(pod(f"u{i}", cpu=rng.choice((1, 8)), memory="8Gi", gpu=len(gpus), node_name=n.name,
+                                  phase="Running", gpu_ids=",".join(map(str, gpus))))
+        free = {name: state.free(name) for name in state.nodes}
+        rooms = {name: r for name in state.nodes if (r := state.room(name)) is not None}
+        tiebreak = {name: (rng.randrange(3),) for name in state.nodes}
+        choice = rng.choice((None, NodeChoice(quantized_mix({1: 3, 8: 2}), 8)))
+        index = CapacityIndex(state.nodes, dict(free), NodeFilter(state.nodes), tiebreak=tiebreak,
+                              rooms=dict(rooms), choice=choice)
+        for shape in shapes:
+            for policy in POLICIES + (TopologyPolicy(rdma=True),):
+                view = index.view(shape, policy)
+                for name, n in state.nodes.items():
+                    one = {name: n}
+                    alone = CapacityIndex(one, {name: free[name]}, NodeFilter(one), tiebreak={name: tiebreak[name]},
+                                          rooms={name: rooms[name]} if name in rooms else {},
+                                          choice=choice).view(shape, policy)
+                    where = (case, name, shape.name, policy)
+                    filed = [e for e in heap_order(view) if e[1] == name]
+                    assert filed == heap_order(alone), where
+                    if filed:  # its score, tiebreak and all, as ``score`` gives it
+                        room = rooms.get(name)
+                        assert filed[0][0] == alone.score(name, free[name], alone.pick(name, free[name], room), room)
+                    assert view._short.get(name) == alone._short.get(name), where
+                    assert (view._holds.get(name), view._too_small.get(name)) == (
+                        alone._holds.get(name), alone._too_small.get(name)), where
+                shared_filings += len(view.feasible) - len(view._filings)
+    assert shared_filings > 0  # alike nodes did share filings

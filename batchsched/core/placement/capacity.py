@@ -8,6 +8,9 @@ of the statically feasible nodes that fit the shape, best first by
 explanations.  Both are built once per shape per cycle and updated only for
 the nodes a committed plan changed.  Heap entries carry the node's version;
 an entry whose node changed since it was pushed is stale and skipped.
+Nodes of one kind (``node_kind``: a fleet's alike machines) with equal free
+amounts of what the shape asks and equal GPU rooms are filed once per view,
+each taking its own tiebreak.
 
 A planning attempt works on top of the index without changing it: entries it
 pops are stashed and put back afterwards (``ShapeView.restore``), and the
@@ -28,7 +31,7 @@ import heapq
 from collections import Counter
 from typing import Callable, Collection, Hashable, Mapping
 
-from batchsched.api.constants import GPU_RESOURCE, TOPOLOGY_MANAGER_POLICY_LABEL
+from batchsched.api.constants import GPU_CLIQUE_LABEL, GPU_RESOURCE, TOPOLOGY_MANAGER_POLICY_LABEL
 from batchsched.core import resources as res
 from batchsched.core.model import NodeInfo, PodInfo, TopologyPolicy
 from batchsched.core.cluster import ClusterState
@@ -42,8 +45,9 @@ from batchsched.core.resources import Resources
 from batchsched.core.topology.accounting import GpuRoom, gpu_id_count, room_of, topology_of
 
 Entry = tuple[tuple, str, int]  # (score, node name, node version)
-# Answers of ShapeView.pick kept per view; past this many (GPU rooms
-# that vary a lot) they are dropped and kept afresh.
+# Answers of ShapeView.pick, and filings of nodes, kept per view; past
+# this many (GPU rooms or free amounts that vary a lot) they are dropped
+# and kept afresh.
 PICKS_KEPT = 4096
 # Static reasons a node may lose soon (uncordoned, ready again): its room
 # still counts for a gang that could never fit (gang.never_fits).
@@ -83,6 +87,22 @@ def shape_key(pod: PodInfo) -> tuple:
     return key
 
 
+def node_kind(node: NodeInfo) -> tuple:
+    """What a shape view's filing of a node depends on of the node itself,
+    beside its name and DRA devices: a fleet's alike machines are one kind,
+    filed once per view for equal free resources (``ShapeView._classify``,
+    ``_file_empty``).  Its board goes in by identity (``node.topology``,
+    which the filings keep beside their answers: an id outlives its
+    object).  Computed once per node object (frozen: a changed node is a
+    new object) and kept in its ``__dict__``, as ``shape_key`` is."""
+    kind = node.__dict__.get("_node_kind")
+    if kind is None:
+        kind = (id(node.topology), gpu_id_count(node), tuple(sorted(node.allocatable.items())),
+                node.labels.get(TOPOLOGY_MANAGER_POLICY_LABEL), GPU_CLIQUE_LABEL in node.labels, node.gpus_by_dra)
+        node.__dict__["_node_kind"] = kind
+    return kind
+
+
 class ShapeView:
     """Where pods of one shape can go under one topology policy, given the
     index's free map and GPU rooms."""
@@ -98,8 +118,11 @@ class ShapeView:
         self.policy = policy
         self.last_used = index.generation
         self._wanted = tuple(self.request.items())
-        self._refusals: dict[tuple, tuple] = {}  # board facts -> (its topology, _refusal_when_free)
+        self._asked = tuple(self.request)
+        self._aligns_numa = policy.numa == SINGLE_NUMA_NODE
+        self._empty_filings: dict[Hashable, tuple] = {}  # node_kind -> (its board, holds, too small)
         self._picks: dict[tuple, tuple] = {}  # _pick_key -> (its topology, pick's answer)
+        self._filings: dict[tuple, tuple] = {}  # _filing_key -> (its board, pick, score less tiebreak)
         self._short: dict[str, list[str]] = {}  # feasible node -> resources it lacks
         self._short_counts: Counter = Counter()
         # reason_counts for a reserved set alone, until a node is filed anew:
@@ -116,7 +139,7 @@ class ShapeView:
             self.holds_when_empty = like.holds_when_empty  # their sum
             self._too_small: dict[str, list[str]] = dict(like._too_small)  # node -> what it lacks even empty
             self.too_small_counts = Counter(like.too_small_counts)
-            self._refusals.update(like._refusals)
+            self._empty_filings.update(like._empty_filings)
         else:
             verdict = index.node_filter.evaluate(pod)
             self._static = dict(verdict.rejected)
@@ -193,9 +216,29 @@ class ShapeView:
     def score(self, name: str, free: Mapping[str, int], pick: GpuPick, room: GpuRoom | None) -> tuple:
         """Node ``name``'s score for a pod of this shape taking ``pick``
         there, where ``free`` and ``room`` are left now."""
-        index, node = self._index, self._index.nodes[name]
-        chosen = index.choice.score(node, self.request, free, room, pick.gpus) if index.choice is not None else ()
-        return pick.quality + chosen + pack_score(node, self.request, free) + index.tiebreak.get(name, ())
+        return self._merit(self._index.nodes[name], free, pick, room) + self._index.tiebreak.get(name, ())
+
+    def _merit(self, node: NodeInfo, free: Mapping[str, int], pick: GpuPick, room: GpuRoom | None) -> tuple:
+        """``score`` less the node's tiebreak: what nodes alike share."""
+        choice = self._index.choice
+        chosen = choice.score(node, self.request, free, room, pick.gpus) if choice is not None else ()
+        return pick.quality + chosen + pack_score(node, self.request, free)
+
+    def _filing_key(self, node: NodeInfo, free: Mapping[str, int], room: GpuRoom | None) -> tuple | None:
+        """What ``_classify``'s filing of ``node`` depends on: its kind,
+        its free amounts of what the shape asks, and its GPU room as
+        ``pick`` reads it; None where DRA or the pod's claims are involved
+        (as ``_pick_key``)."""
+        if node.dra is not None or self._pod.device_demand is not None:
+            return None
+        kind = node_kind(node)
+        if room is None:
+            gpus = None
+        elif self._aligns_numa or kind[3] == SINGLE_NUMA_NODE:
+            gpus = room.key
+        else:
+            gpus = room.free
+        return (kind, tuple([free.get(name, 0) for name in self._asked]), gpus)
 
     def peek(self, *unusable: Collection[str]) -> Entry | None:
         """The best node that fits the index's free map and is in none of ``unusable``."""
@@ -252,31 +295,30 @@ class ShapeView:
     def _file_empty(self, name: str) -> None:
         """Note how many pods of this shape node ``name`` holds empty."""
         node = self._index.nodes[name]
-        holds = min((node.allocatable.get(k, 0) // v for k, v in self._wanted if v > 0), default=0)
-        too_small = [] if holds else resource_reasons(self.request, node.allocatable)
-        if holds and self.request.get(GPU_RESOURCE, 0) and name in self._index.rooms:
-            refusal = self._refusal_when_free(node)
-            if refusal:
-                holds, too_small = 0, [refusal]
+        has_room = name in self._index.rooms
+        per_node = node.dra is not None or self._pod.device_demand is not None  # devices and claims differ per node
+        kind = (name if per_node else node_kind(node), has_room)
+        known = self._empty_filings.get(kind)
+        if known is None or known[0] is not node.topology:
+            known = self._empty_filings[kind] = (node.topology, *self._when_empty(node, has_room))
+        _, holds, too_small = known
         self._holds[name] = holds
         self.holds_when_empty += holds
         if too_small:
             self._too_small[name] = too_small
             self.too_small_counts.update(too_small)
 
-    def _refusal_when_free(self, node: NodeInfo) -> str:
-        """Why the policy finds no GPU set on ``node`` even with all its GPUs
-        free ("" if it does); kept per kind of board: it depends only on
-        these facts of the node."""
-        topology = topology_of(node)
-        key = (id(topology), gpu_id_count(node), node.allocatable.get(res.CPU), node.allocatable.get(res.MEMORY),
-               node.labels.get(TOPOLOGY_MANAGER_POLICY_LABEL),
-               node.name if self._pod.device_demand is not None else "")  # claims select per node
-        known = self._refusals.get(key)
-        if known is None or known[0] is not topology:
+    def _when_empty(self, node: NodeInfo, has_room: bool) -> tuple[int, list[str]]:
+        """How many pods of this shape ``node`` holds empty, and what it
+        lacks when none (its resources, or a GPU set the policy accepts
+        even with all its GPUs free, where ``has_room``: its GPUs have ids)."""
+        holds = min((node.allocatable.get(k, 0) // v for k, v in self._wanted if v > 0), default=0)
+        too_small = [] if holds else resource_reasons(self.request, node.allocatable)
+        if holds and self.request.get(GPU_RESOURCE, 0) and has_room:
             pick = pick_gpus(node, room_of(node, ()), self.request, self.policy, self._pod.device_demand)
-            known = self._refusals[key] = (topology, pick if isinstance(pick, str) else "")
-        return known[1]
+            if isinstance(pick, str):
+                holds, too_small = 0, [pick]
+        return holds, too_small
 
     def _unfile_empty(self, name: str) -> None:
         self.holds_when_empty -= self._holds.pop(name, 0)
@@ -289,11 +331,19 @@ class ShapeView:
         if short:
             self._short_counts.subtract(short)
         index = self._index
-        free = index.free.get(name, {})
-        room = index.rooms.get(name)
-        pick = self.pick(name, free, room)
+        node, free, room = index.nodes[name], index.free.get(name, {}), index.rooms.get(name)
+        key = self._filing_key(node, free, room)
+        known = self._filings.get(key) if key is not None else None
+        if known is None or known[0] is not node.topology:
+            pick = self.pick(name, free, room)
+            known = (node.topology, pick, self._merit(node, free, pick, room) if isinstance(pick, GpuPick) else None)
+            if key is not None:
+                if len(self._filings) >= PICKS_KEPT:
+                    self._filings.clear()
+                self._filings[key] = known
+        _, pick, merit = known
         if isinstance(pick, GpuPick):
-            entry = (self.score(name, free, pick, room), name, index.versions.get(name, 0))
+            entry = (merit + index.tiebreak.get(name, ()), name, index.versions.get(name, 0))
             if push:
                 heapq.heappush(self._heap, entry)
             else:

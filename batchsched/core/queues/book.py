@@ -23,14 +23,13 @@ from typing import Callable, Iterable, Iterator, Mapping, Sequence
 from batchsched.api.constants import GPU_RESOURCE
 from batchsched.core import resources as res
 from batchsched.core.config import CoreConfig
-from batchsched.core.gangs import Gang, GangIndex, GangProblem
+from batchsched.core.gangs import Gang, GangChanges, GangIndex, GangProblem
 from batchsched.core.model import PodInfo
 from batchsched.core.placement.gang import Assignment
 from batchsched.core.queues.model import QueueInfo
 from batchsched.core.queues.share import dominant_share, fair_shares
 from batchsched.core.resources import Resources
 from batchsched.core.snapshot import Snapshot
-from batchsched.core.tracked import TrackedDict
 
 REASON_QUEUE_NOT_FOUND = "QueueNotFound"
 REASON_INVALID_QUEUE = "InvalidQueue"
@@ -135,10 +134,7 @@ class _Held:
     config: tuple[str, str]  # default queue, GPU type label
     gangs: dict[str, tuple[int, object, list[str], Resources, dict[str, int]]] = field(default_factory=dict)
     totals: dict[str, _Usage] = field(default_factory=dict)
-    # when counted: the cluster's change clock, and the PodGroups' (None: not counted, or not a TrackedDict)
-    pods_mark: int | None = None
-    groups: Mapping | None = None
-    groups_mark: int = 0
+    changes: GangChanges = field(default_factory=GangChanges)  # since last counted
 
     def drop(self, key: str) -> None:
         _, _, charged, amounts, kinds = self.gangs.pop(key)
@@ -496,7 +492,7 @@ class QueueBook:
         if held is None or held.config != config or held.queues != self.queues:
             held = cluster.caches["queue_usage"] = _Held(dict(self.queues), config)
         holding, stamps, kept_gangs = cluster.holding_gang_keys(), cluster.gang_stamps, held.gangs
-        changed = self._changed_since_counted(held)
+        changed = held.changes.since_last(self._snapshot)
         if changed is None:  # every holding gang is checked (the first count, or the logs cannot tell)
             changed = [key for key in holding if (kept := kept_gangs.get(key)) is None or kept[0] != stamps[key]
                        or kept[1] is not groups.get(key)]
@@ -514,22 +510,8 @@ class QueueBook:
             held.gangs[key] = (stamp, group, charged, amounts, kinds)
             for name in charged:
                 held.totals.setdefault(name, _Usage()).add(amounts, kinds)
-        held.pods_mark = cluster.mark
-        held.groups, held.groups_mark = (groups, groups.mark) if isinstance(groups, TrackedDict) else (None, 0)
+        held.changes.looked(self._snapshot)
         self._usage = dict(held.totals)  # shared until this cycle charges a queue (admit)
-
-    def _changed_since_counted(self, held: _Held) -> set[str] | None:
-        """The gangs whose pods or PodGroup changed since ``held`` was last
-        counted, from the cluster's and the PodGroups' change logs; None when
-        those cannot tell (not counted yet, other PodGroups, logs trimmed)."""
-        groups = self._snapshot.groups
-        if held.pods_mark is None or held.groups is not groups:
-            return None
-        pods = self._snapshot.cluster.gangs_changed_since(held.pods_mark)
-        regrouped = groups.changed_since(held.groups_mark)  # (held.groups is a TrackedDict)
-        if pods is None or regrouped is None:
-            return None
-        return set(pods).union(regrouped)
 
     def _by_type(self, placed: Iterable[tuple[PodInfo, str]]) -> dict[str, int]:
         """The GPUs of pods on nodes (pod, node name), by the nodes' GPU type."""
