@@ -15,6 +15,7 @@ from batchsched.core.cluster import ClusterState
 from batchsched.core.cycle import _drained_entry, drained_index
 from batchsched.core.gangs import GangIndex, build_gangs
 from batchsched.core.model import TopologyPolicy
+from batchsched.core.placement import capacity
 from batchsched.core.placement.capacity import CapacityIndex, cluster_capacity, kept_index
 from batchsched.core.placement.fit import NodeFilter
 from batchsched.core.placement.fragmentation import NodeChoice, quantized_mix
@@ -413,3 +414,60 @@ def test_a_view_files_each_node_as_a_view_of_that_node_alone_would():
                         alone._holds.get(name), alone._too_small.get(name)), where
                 shared_filings += len(view.feasible) - len(view._filings)
     assert shared_filings > 0  # alike nodes did share filings
+
+
+def test_whether_a_shape_fits_outside_a_reserved_set_follows_every_commit_and_node_change():
+    """``fits_outside`` keeps its answer for one reserved set until a node
+    is filed anew: after random commits, node changes and reserved sets,
+    each answer equals a look at a fresh index's view."""
+    rng = random.Random(23)
+    state = ClusterState("batchsched")
+    shapes = [pod(f"shape{g}", cpu=2, memory="8Gi", gpu=g) for g in (1, 4, 8)]
+    kept, answers = None, Counter()
+    for step in range(300):
+        mutate(rng, state, step)
+        if step % 3:
+            continue
+        kept = cluster_capacity(state, {})
+        names = sorted(state.nodes)
+        reservations = [frozenset(rng.sample(names, min(len(names), k))) for k in (0, 2, 6)]
+        for _ in range(6):
+            if names and rng.random() < 0.4:  # a plan taking a node's room in this cycle
+                name = rng.choice(names)
+                kept.commit({name: {"cpu": 0}}, {name: dataclasses.replace(kept.rooms[name], free=0)}
+                            if name in kept.rooms else None)
+            fresh = CapacityIndex(state.nodes, dict(kept.free), NodeFilter(state.nodes), rooms=dict(kept.rooms))
+            for shape in shapes:
+                reserved = rng.choice(reservations)
+                look = fresh.view(shape)
+                expected = look.peek(reserved) is not None
+                look.restore()
+                assert kept.view(shape).fits_outside(reserved) == expected, (step, shape.name, sorted(reserved))
+                answers[expected] += 1
+    assert answers[True] and answers[False]
+
+
+def test_idle_views_are_kept_while_their_upkeep_is_below_a_few_rebuilds():
+    """A view unused for VIEW_IDLE_SYNCS syncs is kept while keeping it
+    current cost less than VIEW_KEPT_REBUILDS rebuilds, dropped after; any
+    view is dropped after VIEW_KEPT_SYNCS unused; at most VIEWS_KEPT live."""
+    nodes = [node(f"n{i}", cpu="16", gpu=8) for i in range(10)]
+    state = ClusterState("batchsched", nodes)
+    index = cluster_capacity(state, {})
+    used, unused = index.view(pod("used", cpu=1, gpu=1)), index.view(pod("unused", cpu=1, gpu=2))
+    for sync in range(capacity.VIEW_IDLE_SYNCS + 1):  # a node changes each sync: a filing in every view
+        state.put_pod(pod(f"p{sync}", cpu=1, node_name=f"n{sync % 10}", phase="Running"))
+        index = cluster_capacity(state, {})
+    assert index.view(pod("used", cpu=1, gpu=1)) is used  # 33 syncs unused, upkeep 33 < 4 x 10 nodes
+    for sync in range(capacity.VIEW_IDLE_SYNCS + 1):
+        state.put_pod(pod(f"q{sync}", cpu=1, node_name=f"n{sync % 10}", phase="Running"))
+        index = cluster_capacity(state, {})
+    # the other went unused for 66 syncs with 66 filings: past 4 rebuilds of 10 nodes, dropped
+    assert index.view(pod("unused", cpu=1, gpu=2)) is not unused
+    for _ in range(capacity.VIEW_KEPT_SYNCS + 1):
+        index = cluster_capacity(state, {})
+    assert index.view(pod("used", cpu=1, gpu=1)) is not used  # nothing changed, but unused too long
+    many = [index.view(pod(f"s{k}", cpu=1 + k)) for k in range(capacity.VIEWS_KEPT + 5)]
+    index = cluster_capacity(state, {})
+    assert len(index._views) == capacity.VIEWS_KEPT and index.view(pod("s1", cpu=2)) is not many[1]
+    assert index.view(pod(f"s{capacity.VIEWS_KEPT + 4}", cpu=capacity.VIEWS_KEPT + 5)) is many[-1]

@@ -117,6 +117,7 @@ class ShapeView:
         self.request: Resources = dict(pod.requests)
         self.policy = policy
         self.last_used = index.generation
+        self.upkeep = 0  # nodes filed anew since it was last handed out (CapacityIndex.drop_idle_views)
         self._wanted = tuple(self.request.items())
         self._asked = tuple(self.request)
         self._aligns_numa = policy.numa == SINGLE_NUMA_NODE
@@ -128,6 +129,7 @@ class ShapeView:
         # reason_counts for a reserved set alone, until a node is filed anew:
         # the gangs that fail one after another in a cycle ask it alike
         self._counts_for: tuple[frozenset[str], Counter] | None = None
+        self._fits_for: tuple[Collection[str], bool] | None = None  # fits_outside's, kept alike
         self._heap: list[Entry] = []
         self._stash: list[Entry] = []  # popped by the current attempt
         if like is not None:
@@ -253,6 +255,21 @@ class ShapeView:
                 return entry
         return None
 
+    def fits_outside(self, reserved: Collection[str]) -> bool:
+        """Whether a node outside ``reserved`` fits a pod of this shape now.
+        Kept for one reserved set until a node is filed anew: the gangs
+        woken in a cycle ask it one after another of the same few views
+        (``places_none``), and each look pops the reserved nodes' entries."""
+        kept = self._fits_for
+        if kept is not None and (kept[0] is reserved or kept[0] == reserved):
+            return kept[1]
+        try:
+            fits = self.peek(reserved) is not None
+        finally:
+            self.restore()
+        self._fits_for = (reserved, fits)
+        return fits
+
     def pop(self) -> Entry:
         entry = heapq.heappop(self._heap)
         self._stash.append(entry)
@@ -326,7 +343,7 @@ class ShapeView:
 
     def _classify(self, name: str, push: bool = True) -> None:
         """File a feasible node as fitting (heap) or short (reasons)."""
-        self._counts_for = None
+        self._counts_for = self._fits_for = None
         short = self._short.pop(name, None)
         if short:
             self._short_counts.subtract(short)
@@ -354,13 +371,15 @@ class ShapeView:
 
     def refresh(self, name: str) -> None:
         """Node ``name`` changed in the index's free map."""
+        self.upkeep += 1
         if name in self.feasible:
             self._classify(name)
 
     def node_changed(self, name: str) -> None:
         """Node ``name`` was added, removed or replaced in the index's nodes
         (its version already bumped, so its old heap entries are stale)."""
-        self._counts_for = None
+        self.upkeep += 1
+        self._counts_for = self._fits_for = None
         reason = self._static.pop(name, None)
         if reason is not None:
             self._static_counts[reason] -= 1
@@ -429,7 +448,7 @@ class CapacityIndex:
         if view is None:
             like = self._views.get((key[0], dataclasses.replace(policy, rdma=not policy.rdma)))
             view = self._views[key] = ShapeView(self, pod, policy, like)
-        view.last_used = self.generation
+        view.last_used, view.upkeep = self.generation, 0
         return view
 
     def commit(self, taken: Mapping[str, Resources], rooms: Mapping[str, GpuRoom] | None = None) -> None:
@@ -470,14 +489,31 @@ class CapacityIndex:
             else:
                 view.refresh(name)
 
-    def drop_views_unused_since(self, generation: int) -> None:
-        for key in [k for k, v in self._views.items() if v.last_used < generation]:
+    def drop_idle_views(self) -> None:
+        """Drop the views unused for ``VIEW_IDLE_SYNCS`` syncs whose upkeep
+        since has reached ``VIEW_KEPT_REBUILDS`` rebuilds' worth (a filing
+        per node each), those unused for ``VIEW_KEPT_SYNCS``, and the least
+        lately used beyond ``VIEWS_KEPT``."""
+        generation, upkeep = self.generation, VIEW_KEPT_REBUILDS * len(self.nodes)
+        for key in [k for k, v in self._views.items() if v.last_used < generation - VIEW_KEPT_SYNCS
+                    or (v.last_used < generation - VIEW_IDLE_SYNCS and v.upkeep >= upkeep)]:
             del self._views[key]
+        if len(self._views) > VIEWS_KEPT:
+            for key in sorted(self._views, key=lambda k: self._views[k].last_used)[:len(self._views) - VIEWS_KEPT]:
+                del self._views[key]
 
 
-# Syncs a shape view may go unused before it is dropped: a live view costs
-# work for every node that changes, a dropped one a rebuild over all nodes.
+# A live view costs a filing for every node that changes, a dropped one a
+# rebuild over all nodes when asked again, in one cycle: a burst of upkeep
+# spread over cycles is cheaper for the slowest cycles than that.  Syncs a
+# view may go unused before it may be dropped; it is kept on while its
+# upkeep since its last use is below VIEW_KEPT_REBUILDS rebuilds' worth
+# (heads of a few shapes take turns holding the reservation, each for a
+# while), up to VIEW_KEPT_SYNCS, and at most VIEWS_KEPT views per index.
 VIEW_IDLE_SYNCS = 32
+VIEW_KEPT_REBUILDS = 4
+VIEW_KEPT_SYNCS = 4096
+VIEWS_KEPT = 64
 
 
 # A node's entry in a kept index: its free resources, GPU room (None: none)
@@ -544,7 +580,7 @@ def kept_index(cluster: ClusterState, slot: str, key: Hashable, entry: Callable[
         if replaced:
             index.node_filter.nodes_changed()
         index.generation += 1
-        index.drop_views_unused_since(index.generation - VIEW_IDLE_SYNCS)
+        index.drop_idle_views()
     cluster.caches[slot] = (key, index, cluster.mark)
     return index
 

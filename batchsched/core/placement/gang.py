@@ -343,12 +343,7 @@ def places_none(pods: Sequence[PodInfo], capacity: CapacityIndex, *, reserved: C
     """Whether no node outside ``reserved`` fits even one of ``pods`` now
     (their GPU sets included), so that ``plan_gang`` would place none:
     asked of each shape's best node, without planning."""
-    shapes = _shapes(pods, capacity, policy)
-    try:
-        return all(shape.view.peek(reserved) is None for shape in shapes)
-    finally:
-        for shape in shapes:
-            shape.view.restore()
+    return not any(shape.view.fits_outside(reserved) for shape in _shapes(pods, capacity, policy))
 
 
 def plan_gang(
