@@ -343,7 +343,8 @@ def places_none(pods: Sequence[PodInfo], capacity: CapacityIndex, *, reserved: C
     """Whether no node outside ``reserved`` fits even one of ``pods`` now
     (their GPU sets included), so that ``plan_gang`` would place none:
     asked of each shape's best node, without planning."""
-    return not any(shape.view.fits_outside(reserved) for shape in _shapes(pods, capacity, policy))
+    one_of_each = {shape_key(pod): pod for pod in pods}  # (a view stands for its shape, whichever pod asks)
+    return not any(capacity.view(pod, policy).fits_outside(reserved) for pod in one_of_each.values())
 
 
 def plan_gang(
