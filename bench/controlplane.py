@@ -43,6 +43,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from datetime import datetime
 from pathlib import Path
 from typing import AsyncIterator, Callable
@@ -132,7 +133,8 @@ class Rate:
     the null binder) and in steady state (first to last binding seen)."""
 
     def __init__(self, count: int, start: float, first: float, last: float, cpu_binding: float | None = None,
-                 events_binding: int | None = None, server_cpu_binding: float | None = None):
+                 events_binding: int | None = None, server_cpu_binding: float | None = None,
+                 requests: Counter | None = None):
         self.overall = count / (last - start)
         self.steady = (count - 1) / max(last - first, 1e-9)
         self.startup = first - start
@@ -149,6 +151,9 @@ class Rate:
         # 1,000 pods: what the contender's bindings, watches and other writes
         # cost the control plane.
         self.server_cpu_per_1000 = None if server_cpu_binding is None else server_cpu_binding * 1000 / count
+        # The requests the API server served over the same window, by verb,
+        # resource and subresource (every client's: kwok's and the harness's too).
+        self.requests = requests
 
 
 async def events_within(kube: Kube, ns: str, first: float, last: float) -> int:
@@ -160,6 +165,37 @@ async def events_within(kube: Kube, ns: str, first: float, last: float) -> int:
     stamps = [item.get("firstTimestamp") or "" for item in listing.get("items") or ()]
     return sum(1 for stamp in stamps if stamp and since <= datetime.fromisoformat(
         stamp.replace("Z", "+00:00")).timestamp() < until)
+
+
+async def request_counts(kube: Kube) -> Counter:
+    """The API server's apiserver_request_total (its /metrics), summed by
+    verb, resource and subresource ("pods/binding")."""
+    text = await kube.request("GET", "/metrics", decode=bytes.decode)
+    counts: Counter = Counter()
+    for line in text.splitlines():
+        if line.startswith("apiserver_request_total{"):
+            labels, _, value = line.rpartition(" ")
+            fields = dict(part.split("=", 1) for part in labels[len("apiserver_request_total{"):-1].split(","))
+            fields = {k: v.strip('"') for k, v in fields.items()}
+            kind = fields.get("resource", "") + ("/" + fields["subresource"] if fields.get("subresource") else "")
+            counts[f"{fields.get('verb', '')} {kind}"] += int(float(value))
+    return counts
+
+
+class RequestWindow:
+    """The API server's request counts from the first binding (``opened``,
+    called from a watch callback) to ``closed``."""
+
+    def __init__(self, kube: Kube):
+        self._kube = kube
+        self._at_first: asyncio.Task | None = None
+
+    def opened(self) -> None:
+        self._at_first = asyncio.get_running_loop().create_task(request_counts(self._kube))
+
+    async def closed(self) -> Counter:
+        after = await request_counts(self._kube)
+        return after - await self._at_first if self._at_first is not None else Counter()
 
 
 def process_cpu_seconds(pid: int) -> float:
@@ -181,10 +217,13 @@ async def run_null_binder(kube: Kube, ns: str, nodes: list[str], count: int, par
         async with sem:
             await kube.bind(ns, name, uid, nodes[i % len(nodes)])
     server_at_first: list[float] = []
-    watcher = asyncio.create_task(wait_all_bound(kube, ns, count, on_first=lambda: server_at_first.append(server_cpu())))
+    window = RequestWindow(kube)
+    watcher = asyncio.create_task(wait_all_bound(kube, ns, count, on_first=lambda: (
+        server_at_first.append(server_cpu()), window.opened())))
     await asyncio.gather(*(bind(i, n, u) for i, (n, u) in enumerate(pods)))
     first, last = await watcher
-    return Rate(count, start, first, last, server_cpu_binding=server_cpu() - server_at_first[0])
+    return Rate(count, start, first, last, server_cpu_binding=server_cpu() - server_at_first[0],
+                requests=await window.closed())
 
 
 def as_installed(tree: Path) -> None:
@@ -235,11 +274,13 @@ async def run_batchsched(kube: Kube, kubeconfig: Path, workdir: Path, ns: str, p
     start = time.monotonic()
     proc = start_batchsched(kubeconfig, workdir, pool)
     cpu_at_first: list[float] = []
+    window = RequestWindow(kube)
     try:
-        first, last = await wait_all_bound(kube, ns, count, on_first=lambda: cpu_at_first.extend(
-            (process_cpu_seconds(proc.pid), server_cpu())))
+        first, last = await wait_all_bound(kube, ns, count, on_first=lambda: (cpu_at_first.extend(
+            (process_cpu_seconds(proc.pid), server_cpu())), window.opened()))
         cpu, server = process_cpu_seconds(proc.pid) - cpu_at_first[0], server_cpu() - cpu_at_first[1]
-        return Rate(count, start, first, last, cpu, await events_within(kube, ns, first, last), server)
+        requests = await window.closed()
+        return Rate(count, start, first, last, cpu, await events_within(kube, ns, first, last), server, requests)
     finally:
         stop(proc)
 
@@ -375,6 +416,10 @@ async def main_async(args) -> None:
           + "; batchsched " + ", ".join(f"{b.server_cpu_per_1000:.2f}" for b in ours)
           + f" (with one pool's nodes and no contender they use {idle_share:.2f} of a core, "
             "which a longer window adds to)")
+    for name, rates in (("null binder", null_rates), ("batchsched", ours)):
+        total = sum((r.requests for r in rates if r.requests is not None), Counter())
+        print(f"API requests over {name}'s binding windows, per 1,000 pods (all clients): " + ", ".join(
+            f"{kind} {n * 1000 / (args.pods * len(rates)):.0f}" for kind, n in total.most_common(12)))
     print("\nper round, steady pods/s (a) / (b) = ratio: " + "; ".join(
         f"{a.steady:.0f} / {b.steady:.0f} = {b.steady / a.steady:.2f}" for a, b in zip(null_rates, ours)))
     if latency is not None:
