@@ -313,12 +313,14 @@ class ShapeView:
         """Note how many pods of this shape node ``name`` holds empty."""
         node = self._index.nodes[name]
         has_room = name in self._index.rooms
-        per_node = node.dra is not None or self._pod.device_demand is not None  # devices and claims differ per node
-        kind = (name if per_node else node_kind(node), has_room)
-        known = self._empty_filings.get(kind)
-        if known is None or known[0] is not node.topology:
-            known = self._empty_filings[kind] = (node.topology, *self._when_empty(node, has_room))
-        _, holds, too_small = known
+        if node.dra is not None or self._pod.device_demand is not None:  # devices and claims differ per node
+            holds, too_small = self._when_empty(node, has_room)
+        else:
+            kind = (node_kind(node), has_room)
+            known = self._empty_filings.get(kind)
+            if known is None or known[0] is not node.topology:
+                known = self._empty_filings[kind] = (node.topology, *self._when_empty(node, has_room))
+            _, holds, too_small = known
         self._holds[name] = holds
         self.holds_when_empty += holds
         if too_small:
