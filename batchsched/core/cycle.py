@@ -28,7 +28,7 @@ from batchsched.core.dra.extended import ExtendedClaim, extended_claim
 from batchsched.core.dra.model import AllocatedDevice
 from batchsched.core.gangs import Gang, GangChanges, GangIndex, foreign_note, members_selector
 from batchsched.core.model import PodInfo, TopologyPolicy
-from batchsched.core.placement.capacity import CapacityIndex, NodeEntry, cluster_capacity, kept_index
+from batchsched.core.placement.capacity import CapacityIndex, NodeEntry, cluster_capacity, kept_index, shape_key
 from batchsched.core.placement.fragmentation import node_choice
 from batchsched.core.placement.gang import (Assignment, GangPlan, PlanFailure, min_resources_beyond, places_none,
                                             plan_gang)
@@ -249,9 +249,21 @@ def _room_taken_before_its_turn(snapshot: Snapshot, gang: Gang, queue: GangQueue
     if preemption.enabled and (book.active or not preemption.may_preempt(gang.spec, gang.priority, gang.members)):
         return False
     reserved = queue.reserved_against(gang.key)
-    if reserved and any(_backfills(snapshot, (pod,), queue.reservation) for pod in gang.pending):
+    if (reserved and queue.reservation.ready_at is not None  # (else none backfills)
+            and any(_backfills(snapshot, (pod,), queue.reservation) for pod in gang.pending)):
         reserved = frozenset()
-    return places_none(gang.pending, capacity, reserved=reserved, policy=placement_policy(gang, config))
+    return places_none(_one_pod_per_shape(gang), capacity, reserved=reserved, policy=placement_policy(gang, config))
+
+
+def _one_pod_per_shape(gang: Gang) -> list[PodInfo]:
+    """A pending pod of each of the gang's shapes (as ``places_none`` asks
+    them).  Kept on the gang object, which is kept across cycles while its
+    pods and PodGroup are unchanged (``GangIndex``): the woken gangs are
+    asked this in every cycle that frees room."""
+    kept = gang.__dict__.get("_one_pod_per_shape")
+    if kept is None:
+        kept = gang.__dict__["_one_pod_per_shape"] = list({shape_key(p): p for p in gang.pending}.values())
+    return kept
 
 
 def _start_over_partial_gangs(gangs: Mapping[str, Gang], queue: GangQueue, now: float, timeout: float,
@@ -455,12 +467,17 @@ def _preempt(snapshot: Snapshot, gangs: Mapping[str, Gang], gang: Gang, policy: 
 def placement_policy(gang: Gang, config: CoreConfig) -> TopologyPolicy:
     """The gang's topology policy as placement applies it: its domain label
     keys resolved (the PodGroup's, else the configured ones), and GPUDirect
-    RDMA preferred for a gang of several pods (docs/topology.md, "NICs")."""
+    RDMA preferred for a gang of several pods (docs/topology.md, "NICs").
+    Kept on the gang object for its config (as ``_one_pod_per_shape``)."""
+    kept = gang.__dict__.get("_placement_policy")
+    if kept is not None and kept[0] is config:
+        return kept[1]
     policy = gang.spec.topology
     if policy.domain_mode and not policy.domain_labels:
         policy = dataclasses.replace(policy, domain_labels=config.domain_labels)
     if len(gang.members) > 1 or gang.spec.min_member > 1:
         policy = dataclasses.replace(policy, rdma=True)
+    gang.__dict__["_placement_policy"] = (config, policy)
     return policy
 
 
@@ -521,7 +538,14 @@ def drained_index(snapshot: Snapshot, gangs: Mapping[str, Gang],
               if before else frozenset())
     nodes = {p.node_name for k in turned for p in (cluster.pods[u] for u in cluster.gang_uids(k)) if p.node_name}
     draining = _draining(snapshot, drainable)
-    return kept_index(cluster, "drained", None, _drained_entry(snapshot, draining), also_changed=nodes), draining
+    return kept_index(cluster, "drained", None, _drained_entry(snapshot, draining), also_changed=nodes,
+                      kept_rebuilds=DRAINED_VIEWS_KEPT_REBUILDS), draining
+
+
+# The "as if drained" index keeps an unused view while keeping it current
+# has cost less than this many rebuilds (capacity.drop_idle_views): head
+# gangs of a few shapes take turns, and a rebuild is one cycle's cost.
+DRAINED_VIEWS_KEPT_REBUILDS = 4
 
 
 def _holding_gangs(snapshot: Snapshot, gangs: Mapping[str, Gang]) -> dict[str, tuple[int, float | None]]:

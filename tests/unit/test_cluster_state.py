@@ -363,14 +363,17 @@ def test_a_shape_view_answers_alike_nodes_from_one_pick_as_a_fresh_view_would():
         assert len(view._picks) < asked  # alike nodes did share answers
 
 
-def test_a_view_files_each_node_as_a_view_of_that_node_alone_would():
-    """A view files alike nodes once (``node_kind``, the free amounts the
-    shape asks and the GPU room): each node's entry, what it lacks, and how
+def test_a_view_files_each_node_as_a_view_of_that_node_alone_would(monkeypatch):
+    """A view being built files alike nodes once (``node_kind``, the free
+    amounts the shape asks and the GPU room): each node's entry, what it lacks, and how
     many pods it holds empty still equal a view's over that node alone,
     across boards and flat nodes, Topology Manager policies, clique labels,
     cpu sizes, GPUs in use and tiebreaks."""
     rng = random.Random(17)
     shapes = [pod(f"shape{g}", cpu=c, memory="8Gi", gpu=g) for g, c in ((1, 2), (2, 20), (4, 2), (8, 2))]
+    picks = []
+    real_pick = capacity.ShapeView.pick
+    monkeypatch.setattr(capacity.ShapeView, "pick", lambda view, *args: picks.append(1) or real_pick(view, *args))
     shared_filings = 0
     for case in range(12):
         nodes = []
@@ -397,7 +400,9 @@ def test_a_view_files_each_node_as_a_view_of_that_node_alone_would():
                               rooms=dict(rooms), choice=choice)
         for shape in shapes:
             for policy in POLICIES + (TopologyPolicy(rdma=True),):
+                picks.clear()
                 view = index.view(shape, policy)
+                shared_filings += len(view.feasible) - len(picks)
                 for name, n in state.nodes.items():
                     one = {name: n}
                     alone = CapacityIndex(one, {name: free[name]}, NodeFilter(one), tiebreak={name: tiebreak[name]},
@@ -412,7 +417,6 @@ def test_a_view_files_each_node_as_a_view_of_that_node_alone_would():
                     assert view._short.get(name) == alone._short.get(name), where
                     assert (view._holds.get(name), view._too_small.get(name)) == (
                         alone._holds.get(name), alone._too_small.get(name)), where
-                shared_filings += len(view.feasible) - len(view._filings)
     assert shared_filings > 0  # alike nodes did share filings
 
 
@@ -448,26 +452,35 @@ def test_whether_a_shape_fits_outside_a_reserved_set_follows_every_commit_and_no
 
 
 def test_idle_views_are_kept_while_their_upkeep_is_below_a_few_rebuilds():
-    """A view unused for VIEW_IDLE_SYNCS syncs is kept while keeping it
-    current cost less than VIEW_KEPT_REBUILDS rebuilds, dropped after; any
-    view is dropped after VIEW_KEPT_SYNCS unused; at most VIEWS_KEPT live."""
+    """In an index kept with ``kept_rebuilds`` (the reservation's), a view
+    unused for VIEW_IDLE_SYNCS syncs is kept while keeping it current cost
+    less than that many rebuilds, dropped after; any view is dropped after
+    VIEW_KEPT_SYNCS unused; at most VIEWS_KEPT live.  The cluster's own
+    index drops a view unused for VIEW_IDLE_SYNCS syncs."""
     nodes = [node(f"n{i}", cpu="16", gpu=8) for i in range(10)]
     state = ClusterState("batchsched", nodes)
-    index = cluster_capacity(state, {})
+
+    def sync() -> CapacityIndex:
+        cluster_capacity(state, {})
+        return kept_index(state, "turns", None, lambda name: (state.free(name), state.room(name), ()),
+                          kept_rebuilds=4)
+
+    index, cluster_view = sync(), cluster_capacity(state, {}).view(pod("used", cpu=1, gpu=1))
     used, unused = index.view(pod("used", cpu=1, gpu=1)), index.view(pod("unused", cpu=1, gpu=2))
-    for sync in range(capacity.VIEW_IDLE_SYNCS + 1):  # a node changes each sync: a filing in every view
-        state.put_pod(pod(f"p{sync}", cpu=1, node_name=f"n{sync % 10}", phase="Running"))
-        index = cluster_capacity(state, {})
+    for step in range(capacity.VIEW_IDLE_SYNCS + 1):  # a node changes each sync: a filing in every view
+        state.put_pod(pod(f"p{step}", cpu=1, node_name=f"n{step % 10}", phase="Running"))
+        index = sync()
     assert index.view(pod("used", cpu=1, gpu=1)) is used  # 33 syncs unused, upkeep 33 < 4 x 10 nodes
-    for sync in range(capacity.VIEW_IDLE_SYNCS + 1):
-        state.put_pod(pod(f"q{sync}", cpu=1, node_name=f"n{sync % 10}", phase="Running"))
-        index = cluster_capacity(state, {})
+    assert cluster_capacity(state, {}).view(pod("used", cpu=1, gpu=1)) is not cluster_view
+    for step in range(capacity.VIEW_IDLE_SYNCS + 1):
+        state.put_pod(pod(f"q{step}", cpu=1, node_name=f"n{step % 10}", phase="Running"))
+        index = sync()
     # the other went unused for 66 syncs with 66 filings: past 4 rebuilds of 10 nodes, dropped
     assert index.view(pod("unused", cpu=1, gpu=2)) is not unused
     for _ in range(capacity.VIEW_KEPT_SYNCS + 1):
-        index = cluster_capacity(state, {})
+        index = sync()
     assert index.view(pod("used", cpu=1, gpu=1)) is not used  # nothing changed, but unused too long
     many = [index.view(pod(f"s{k}", cpu=1 + k)) for k in range(capacity.VIEWS_KEPT + 5)]
-    index = cluster_capacity(state, {})
+    index = sync()
     assert len(index._views) == capacity.VIEWS_KEPT and index.view(pod("s1", cpu=2)) is not many[1]
     assert index.view(pod(f"s{capacity.VIEWS_KEPT + 4}", cpu=capacity.VIEWS_KEPT + 5)) is many[-1]

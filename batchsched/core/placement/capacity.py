@@ -8,9 +8,9 @@ of the statically feasible nodes that fit the shape, best first by
 explanations.  Both are built once per shape per cycle and updated only for
 the nodes a committed plan changed.  Heap entries carry the node's version;
 an entry whose node changed since it was pushed is stale and skipped.
-Nodes of one kind (``node_kind``: a fleet's alike machines) with equal free
-amounts of what the shape asks and equal GPU rooms are filed once per view,
-each taking its own tiebreak.
+While a view is built, nodes of one kind (``node_kind``: a fleet's alike
+machines) with equal free amounts of what the shape asks and equal GPU rooms
+are filed once, each taking its own tiebreak.
 
 A planning attempt works on top of the index without changing it: entries it
 pops are stashed and put back afterwards (``ShapeView.restore``), and the
@@ -45,9 +45,8 @@ from batchsched.core.resources import Resources
 from batchsched.core.topology.accounting import GpuRoom, gpu_id_count, room_of, topology_of
 
 Entry = tuple[tuple, str, int]  # (score, node name, node version)
-# Answers of ShapeView.pick, and filings of nodes, kept per view; past
-# this many (GPU rooms or free amounts that vary a lot) they are dropped
-# and kept afresh.
+# Answers of ShapeView.pick kept per view; past this many (GPU rooms
+# that vary a lot) they are dropped and kept afresh.
 PICKS_KEPT = 4096
 # Static reasons a node may lose soon (uncordoned, ready again): its room
 # still counts for a gang that could never fit (gang.never_fits).
@@ -123,7 +122,6 @@ class ShapeView:
         self._aligns_numa = policy.numa == SINGLE_NUMA_NODE
         self._empty_filings: dict[Hashable, tuple] = {}  # node_kind -> (its board, holds, too small)
         self._picks: dict[tuple, tuple] = {}  # _pick_key -> (its topology, pick's answer)
-        self._filings: dict[tuple, tuple] = {}  # _filing_key -> (its board, pick, score less tiebreak)
         self._short: dict[str, list[str]] = {}  # feasible node -> resources it lacks
         self._short_counts: Counter = Counter()
         # reason_counts for a reserved set alone, until a node is filed anew:
@@ -152,8 +150,12 @@ class ShapeView:
             self._too_small = {}
             self.too_small_counts = Counter()
             self._file_static(verdict)
+        # Alike nodes are filed once while the view is built, when most are
+        # alike (empty, or full); not kept after: a node filed anew later
+        # has mostly been used, and its free amounts differ from the rest's.
+        filings: dict[tuple, tuple] = {}
         for name in self.feasible:
-            self._classify(name, push=False)
+            self._classify(name, push=False, filings=filings)
         heapq.heapify(self._heap)
 
     def _file_static(self, verdict) -> None:
@@ -343,23 +345,23 @@ class ShapeView:
         self.holds_when_empty -= self._holds.pop(name, 0)
         self.too_small_counts.subtract(self._too_small.pop(name, ()))
 
-    def _classify(self, name: str, push: bool = True) -> None:
-        """File a feasible node as fitting (heap) or short (reasons)."""
+    def _classify(self, name: str, push: bool = True, filings: dict[tuple, tuple] | None = None) -> None:
+        """File a feasible node as fitting (heap) or short (reasons);
+        ``filings``: those of nodes alike (``_filing_key``) to reuse and add
+        to (its board, pick, score less tiebreak)."""
         self._counts_for = self._fits_for = None
         short = self._short.pop(name, None)
         if short:
             self._short_counts.subtract(short)
         index = self._index
         node, free, room = index.nodes[name], index.free.get(name, {}), index.rooms.get(name)
-        key = self._filing_key(node, free, room)
-        known = self._filings.get(key) if key is not None else None
+        key = self._filing_key(node, free, room) if filings is not None else None
+        known = filings.get(key) if key is not None else None
         if known is None or known[0] is not node.topology:
             pick = self.pick(name, free, room)
             known = (node.topology, pick, self._merit(node, free, pick, room) if isinstance(pick, GpuPick) else None)
             if key is not None:
-                if len(self._filings) >= PICKS_KEPT:
-                    self._filings.clear()
-                self._filings[key] = known
+                filings[key] = known
         _, pick, merit = known
         if isinstance(pick, GpuPick):
             entry = (merit + index.tiebreak.get(name, ()), name, index.versions.get(name, 0))
@@ -491,12 +493,12 @@ class CapacityIndex:
             else:
                 view.refresh(name)
 
-    def drop_idle_views(self) -> None:
+    def drop_idle_views(self, kept_rebuilds: int = 0) -> None:
         """Drop the views unused for ``VIEW_IDLE_SYNCS`` syncs whose upkeep
-        since has reached ``VIEW_KEPT_REBUILDS`` rebuilds' worth (a filing
-        per node each), those unused for ``VIEW_KEPT_SYNCS``, and the least
+        since has reached ``kept_rebuilds`` rebuilds' worth (a filing per
+        node each), those unused for ``VIEW_KEPT_SYNCS``, and the least
         lately used beyond ``VIEWS_KEPT``."""
-        generation, upkeep = self.generation, VIEW_KEPT_REBUILDS * len(self.nodes)
+        generation, upkeep = self.generation, kept_rebuilds * len(self.nodes)
         for key in [k for k, v in self._views.items() if v.last_used < generation - VIEW_KEPT_SYNCS
                     or (v.last_used < generation - VIEW_IDLE_SYNCS and v.upkeep >= upkeep)]:
             del self._views[key]
@@ -506,14 +508,16 @@ class CapacityIndex:
 
 
 # A live view costs a filing for every node that changes, a dropped one a
-# rebuild over all nodes when asked again, in one cycle: a burst of upkeep
-# spread over cycles is cheaper for the slowest cycles than that.  Syncs a
-# view may go unused before it may be dropped; it is kept on while its
-# upkeep since its last use is below VIEW_KEPT_REBUILDS rebuilds' worth
-# (heads of a few shapes take turns holding the reservation, each for a
-# while), up to VIEW_KEPT_SYNCS, and at most VIEWS_KEPT views per index.
+# rebuild over all nodes when asked again, in one cycle.  Syncs a view may
+# go unused before it may be dropped.  An index of few views, asked of by
+# turns (the reservation's: heads of a few shapes take turns holding it,
+# each for a while), keeps an unused one on while its upkeep since its last
+# use is below ``kept_index``'s ``kept_rebuilds`` rebuilds' worth (upkeep
+# spread over cycles is kinder to the slowest cycles than a rebuild in
+# one), up to VIEW_KEPT_SYNCS, and at most VIEWS_KEPT views.  Not the
+# cluster's index: a workload of many shapes keeps many views there, and
+# each costs a filing for every node that changes.
 VIEW_IDLE_SYNCS = 32
-VIEW_KEPT_REBUILDS = 4
 VIEW_KEPT_SYNCS = 4096
 VIEWS_KEPT = 64
 
@@ -536,10 +540,12 @@ def cluster_capacity(cluster: ClusterState, withheld: Mapping[str, Resources],
 
 
 def kept_index(cluster: ClusterState, slot: str, key: Hashable, entry: Callable[[str], NodeEntry],
-               also_changed: Collection[str] = (), choice: NodeChoice | None = None) -> CapacityIndex:
+               also_changed: Collection[str] = (), choice: NodeChoice | None = None,
+               kept_rebuilds: int = 0) -> CapacityIndex:
     """A capacity index over the cluster's nodes, ``entry(name)`` giving
     each node's free resources, room and tiebreak, scored with ``choice``
-    (which ``key`` must determine).
+    (which ``key`` must determine); unused views are dropped as
+    ``CapacityIndex.drop_idle_views(kept_rebuilds)`` says.
 
     Kept in ``cluster.caches[slot]`` across cycles while ``key`` is the
     same; each call resets only the nodes whose entry may differ from the
@@ -582,7 +588,7 @@ def kept_index(cluster: ClusterState, slot: str, key: Hashable, entry: Callable[
         if replaced:
             index.node_filter.nodes_changed()
         index.generation += 1
-        index.drop_idle_views()
+        index.drop_idle_views(kept_rebuilds)
     cluster.caches[slot] = (key, index, cluster.mark)
     return index
 
