@@ -455,8 +455,9 @@ def test_idle_views_are_kept_while_their_upkeep_is_below_a_few_rebuilds():
     """In an index kept with ``kept_rebuilds`` (the reservation's), a view
     unused for VIEW_IDLE_SYNCS syncs is kept while keeping it current cost
     less than that many rebuilds, dropped after; any view is dropped after
-    VIEW_KEPT_SYNCS unused; at most VIEWS_KEPT live.  The cluster's own
-    index drops a view unused for VIEW_IDLE_SYNCS syncs."""
+    VIEW_KEPT_SYNCS unused; at most IDLE_VIEWS_KEPT unused ones are kept,
+    the most lately used.  The cluster's own index drops a view unused for
+    VIEW_IDLE_SYNCS syncs."""
     nodes = [node(f"n{i}", cpu="16", gpu=8) for i in range(10)]
     state = ClusterState("batchsched", nodes)
 
@@ -480,7 +481,10 @@ def test_idle_views_are_kept_while_their_upkeep_is_below_a_few_rebuilds():
     for _ in range(capacity.VIEW_KEPT_SYNCS + 1):
         index = sync()
     assert index.view(pod("used", cpu=1, gpu=1)) is not used  # nothing changed, but unused too long
-    many = [index.view(pod(f"s{k}", cpu=1 + k)) for k in range(capacity.VIEWS_KEPT + 5)]
+    older = [index.view(pod(f"s{k}", cpu=1 + k)) for k in range(5)]
     index = sync()
-    assert len(index._views) == capacity.VIEWS_KEPT and index.view(pod("s1", cpu=2)) is not many[1]
-    assert index.view(pod(f"s{capacity.VIEWS_KEPT + 4}", cpu=capacity.VIEWS_KEPT + 5)) is many[-1]
+    newer = [index.view(pod(f"t{k}", cpu=1 + k, memory="1Gi")) for k in range(capacity.IDLE_VIEWS_KEPT)]
+    for _ in range(capacity.VIEW_IDLE_SYNCS + 1):
+        index = sync()
+    assert len(index._views) == capacity.IDLE_VIEWS_KEPT  # all unused, with no upkeep: the newer ones kept
+    assert index.view(pod("t0", cpu=1, memory="1Gi")) is newer[0] and index.view(pod("s0", cpu=1)) is not older[0]

@@ -494,17 +494,17 @@ class CapacityIndex:
                 view.refresh(name)
 
     def drop_idle_views(self, kept_rebuilds: int = 0) -> None:
-        """Drop the views unused for ``VIEW_IDLE_SYNCS`` syncs whose upkeep
-        since has reached ``kept_rebuilds`` rebuilds' worth (a filing per
-        node each), those unused for ``VIEW_KEPT_SYNCS``, and the least
-        lately used beyond ``VIEWS_KEPT``."""
-        generation, upkeep = self.generation, kept_rebuilds * len(self.nodes)
-        for key in [k for k, v in self._views.items() if v.last_used < generation - VIEW_KEPT_SYNCS
-                    or (v.last_used < generation - VIEW_IDLE_SYNCS and v.upkeep >= upkeep)]:
-            del self._views[key]
-        if len(self._views) > VIEWS_KEPT:
-            for key in sorted(self._views, key=lambda k: self._views[k].last_used)[:len(self._views) - VIEWS_KEPT]:
-                del self._views[key]
+        """Drop the views unused for ``VIEW_IDLE_SYNCS`` syncs but those
+        whose upkeep since is below ``kept_rebuilds`` rebuilds' worth (a
+        filing per node each), unused for at most ``VIEW_KEPT_SYNCS``, and
+        among the ``IDLE_VIEWS_KEPT`` most lately used of them."""
+        generation, views = self.generation, self._views
+        idle = [k for k, v in views.items() if v.last_used < generation - VIEW_IDLE_SYNCS]
+        upkeep = kept_rebuilds * len(self.nodes)
+        cheap = [k for k in idle if views[k].upkeep < upkeep and views[k].last_used >= generation - VIEW_KEPT_SYNCS]
+        kept = sorted(cheap, key=lambda k: views[k].last_used, reverse=True)[:IDLE_VIEWS_KEPT]
+        for key in set(idle).difference(kept):
+            del views[key]
 
 
 # A live view costs a filing for every node that changes, a dropped one a
@@ -514,12 +514,12 @@ class CapacityIndex:
 # each for a while), keeps an unused one on while its upkeep since its last
 # use is below ``kept_index``'s ``kept_rebuilds`` rebuilds' worth (upkeep
 # spread over cycles is kinder to the slowest cycles than a rebuild in
-# one), up to VIEW_KEPT_SYNCS, and at most VIEWS_KEPT views.  Not the
+# one), up to VIEW_KEPT_SYNCS, and at most IDLE_VIEWS_KEPT of them.  Not the
 # cluster's index: a workload of many shapes keeps many views there, and
 # each costs a filing for every node that changes.
 VIEW_IDLE_SYNCS = 32
 VIEW_KEPT_SYNCS = 4096
-VIEWS_KEPT = 64
+IDLE_VIEWS_KEPT = 64
 
 
 # A node's entry in a kept index: its free resources, GPU room (None: none)
