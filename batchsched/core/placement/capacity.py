@@ -89,11 +89,13 @@ def shape_key(pod: PodInfo) -> tuple:
 def node_kind(node: NodeInfo) -> tuple:
     """What a shape view's filing of a node depends on of the node itself,
     beside its name and DRA devices: a fleet's alike machines are one kind,
-    filed once per view for equal free resources (``ShapeView._classify``,
-    ``_file_empty``).  Its board goes in by identity (``node.topology``,
-    which the filings keep beside their answers: an id outlives its
-    object).  Computed once per node object (frozen: a changed node is a
-    new object) and kept in its ``__dict__``, as ``shape_key`` is."""
+    filed once while a view is built for equal free resources
+    (``ShapeView._classify``), and once per view when empty
+    (``_file_empty``).  Its board goes in by identity (``node.topology``;
+    filings kept beyond a build keep the board beside their answers: an id
+    outlives its object).  Computed once per node object (frozen: a
+    changed node is a new object) and kept in its ``__dict__``, as
+    ``shape_key`` is."""
     kind = node.__dict__.get("_node_kind")
     if kind is None:
         kind = (id(node.topology), gpu_id_count(node), tuple(sorted(node.allocatable.items())),
@@ -348,7 +350,8 @@ class ShapeView:
     def _classify(self, name: str, push: bool = True, filings: dict[tuple, tuple] | None = None) -> None:
         """File a feasible node as fitting (heap) or short (reasons);
         ``filings``: those of nodes alike (``_filing_key``) to reuse and add
-        to (its board, pick, score less tiebreak)."""
+        to, (pick, score less tiebreak), within one build (every node it
+        keys by its board's id is alive)."""
         self._counts_for = self._fits_for = None
         short = self._short.pop(name, None)
         if short:
@@ -357,12 +360,12 @@ class ShapeView:
         node, free, room = index.nodes[name], index.free.get(name, {}), index.rooms.get(name)
         key = self._filing_key(node, free, room) if filings is not None else None
         known = filings.get(key) if key is not None else None
-        if known is None or known[0] is not node.topology:
+        if known is None:
             pick = self.pick(name, free, room)
-            known = (node.topology, pick, self._merit(node, free, pick, room) if isinstance(pick, GpuPick) else None)
+            known = (pick, self._merit(node, free, pick, room) if isinstance(pick, GpuPick) else None)
             if key is not None:
                 filings[key] = known
-        _, pick, merit = known
+        pick, merit = known
         if isinstance(pick, GpuPick):
             entry = (merit + index.tiebreak.get(name, ()), name, index.versions.get(name, 0))
             if push:
