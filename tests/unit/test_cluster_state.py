@@ -363,12 +363,16 @@ def test_a_shape_view_answers_alike_nodes_from_one_pick_as_a_fresh_view_would():
         assert len(view._picks) < asked  # alike nodes did share answers
 
 
-def test_a_view_files_each_node_as_a_view_of_that_node_alone_would(monkeypatch):
+@pytest.mark.parametrize("kinds_kept", [capacity.KIND_TOKENS_KEPT, 1], ids=["kinds-kept", "kind-tokens-start-over"])
+def test_a_view_files_each_node_as_a_view_of_that_node_alone_would(monkeypatch, kinds_kept):
     """A view being built files alike nodes once (``node_kind``, the free
     amounts the shape asks and the GPU room): each node's entry, what it lacks, and how
     many pods it holds empty still equal a view's over that node alone,
     across boards and flat nodes, Topology Manager policies, clique labels,
-    cpu sizes, GPUs in use and tiebreaks."""
+    cpu sizes, GPUs in use and tiebreaks; also where the kinds' tokens start
+    over at every new kind."""
+    monkeypatch.setattr(capacity, "KIND_TOKENS_KEPT", kinds_kept)
+    monkeypatch.setattr(capacity, "_KIND_TOKENS", {})  # the kinds of earlier tests are not known here
     rng = random.Random(17)
     shapes = [pod(f"shape{g}", cpu=c, memory="8Gi", gpu=g) for g, c in ((1, 2), (2, 20), (4, 2), (8, 2))]
     picks = []
@@ -385,7 +389,7 @@ def test_a_view_files_each_node_as_a_view_of_that_node_alone_would(monkeypatch):
                 labels["nvidia.com/gpu.clique"] = "c1"
             cpu = rng.choice(("64", "96"))
             nodes.append(topology_node(f"n{i}", DGX1, cpu=cpu, labels=labels) if rng.random() < 0.7
-                         else node(f"n{i}", cpu=cpu, memory="256Gi", gpu=8, labels=labels))
+                         else node(f"n{i}", cpu=cpu, memory="512Gi", gpu=8, labels=labels))  # as the boards: alike but for the board
         state = ClusterState("batchsched", nodes)
         for i, n in enumerate(nodes):
             if rng.random() < 0.5:
@@ -488,3 +492,33 @@ def test_idle_views_are_kept_while_their_upkeep_is_below_a_few_rebuilds():
         index = sync()
     assert len(index._views) == capacity.IDLE_VIEWS_KEPT  # all unused, with no upkeep: the newer ones kept
     assert index.view(pod("t0", cpu=1, memory="1Gi")) is newer[0] and index.view(pod("s0", cpu=1)) is not older[0]
+
+
+def test_a_view_whose_nodes_are_filed_anew_over_and_over_keeps_its_heap_compact(monkeypatch):
+    """Each node filed anew leaves a superseded heap entry behind: past half
+    as many again as the feasible nodes (plus HEAP_SLACK) they are dropped,
+    and the view still gives what a fresh one would, best first."""
+    monkeypatch.setattr(capacity, "HEAP_SLACK", 0)
+    rng = random.Random(5)
+    nodes = [node(f"n{i}", cpu="64", gpu=8) for i in range(10)]
+    state = ClusterState("batchsched", nodes)
+    shape = pod("shape", cpu=1, gpu=1)
+    index = cluster_capacity(state, {})
+    view, largest = index.view(shape), 0
+    for step in range(500):
+        name = rng.choice(sorted(state.nodes))
+        index.commit({name: {**index.free[name], "cpu": rng.randrange(0, 64_000)}})
+        largest = max(largest, len(view._heap))
+    assert largest <= 15 + 1  # 10 feasible nodes: compacted when past 15
+    fresh = CapacityIndex(state.nodes, dict(index.free), NodeFilter(state.nodes), rooms=dict(index.rooms)).view(shape)
+    assert heap_order(view) == heap_order(fresh)
+
+    def best_first(look) -> list[tuple]:
+        order = []
+        while look.peek() is not None:
+            order.append(look.pop()[:2])
+        look.restore()
+        return order
+
+    assert best_first(view) == best_first(fresh) == heap_order(fresh)
+    assert heap_order(view) == heap_order(fresh)  # all put back

@@ -28,8 +28,9 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
+import itertools
 from collections import Counter
-from typing import Callable, Collection, Hashable, Mapping
+from typing import Callable, Collection, Hashable, Iterable, Mapping
 
 from batchsched.api.constants import GPU_CLIQUE_LABEL, GPU_RESOURCE, TOPOLOGY_MANAGER_POLICY_LABEL
 from batchsched.core import resources as res
@@ -45,6 +46,10 @@ from batchsched.core.resources import Resources
 from batchsched.core.topology.accounting import GpuRoom, gpu_id_count, room_of, topology_of
 
 Entry = tuple[tuple, str, int]  # (score, node name, node version)
+# A view's heap holds at most one live entry per feasible node; past half as
+# many superseded ones again (and this many) it is compacted.
+HEAP_SLACK = 64
+_NOTHING: Resources = {}  # the free map of a node it has no entry for
 # Answers of ShapeView.pick kept per view; past this many (GPU rooms
 # that vary a lot) they are dropped and kept afresh.
 PICKS_KEPT = 4096
@@ -86,7 +91,7 @@ def shape_key(pod: PodInfo) -> tuple:
     return key
 
 
-def node_kind(node: NodeInfo) -> tuple:
+def node_kind(node: NodeInfo) -> int:
     """What a shape view's filing of a node depends on of the node itself,
     beside its name and DRA devices: a fleet's alike machines are one kind,
     filed once while a view is built for equal free resources
@@ -95,13 +100,31 @@ def node_kind(node: NodeInfo) -> tuple:
     filings kept beyond a build keep the board beside their answers: an id
     outlives its object).  Computed once per node object (frozen: a
     changed node is a new object) and kept in its ``__dict__``, as
-    ``shape_key`` is."""
+    ``shape_key`` is.
+
+    An int token stands for the kind's facts: the filings' keys hold it
+    and are hashed at every node of a build, and a tuple's hash is not
+    kept.  Equal facts get one token while ``_KIND_TOKENS`` keeps them; it
+    starts over past ``KIND_TOKENS_KEPT`` and a token is never reused, so
+    starting over only loses sharing."""
     kind = node.__dict__.get("_node_kind")
     if kind is None:
-        kind = (id(node.topology), gpu_id_count(node), tuple(sorted(node.allocatable.items())),
-                node.labels.get(TOPOLOGY_MANAGER_POLICY_LABEL), GPU_CLIQUE_LABEL in node.labels, node.gpus_by_dra)
+        facts = (id(node.topology), gpu_id_count(node), tuple(sorted(node.allocatable.items())),
+                 node.labels.get(TOPOLOGY_MANAGER_POLICY_LABEL), GPU_CLIQUE_LABEL in node.labels, node.gpus_by_dra)
+        kind = _KIND_TOKENS.get(facts)
+        if kind is None:
+            if len(_KIND_TOKENS) >= KIND_TOKENS_KEPT:
+                _KIND_TOKENS.clear()
+            kind = _KIND_TOKENS[facts] = next(_NEXT_KIND)
         node.__dict__["_node_kind"] = kind
     return kind
+
+
+# Distinct node kinds kept tokens for: a fleet has a few; nodes whose
+# allocatable differs a little each are one kind each.
+KIND_TOKENS_KEPT = 65536
+_KIND_TOKENS: dict[tuple, int] = {}
+_NEXT_KIND = itertools.count()
 
 
 class ShapeView:
@@ -155,26 +178,22 @@ class ShapeView:
         # Alike nodes are filed once while the view is built, when most are
         # alike (empty, or full); not kept after: a node filed anew later
         # has mostly been used, and its free amounts differ from the rest's.
-        filings: dict[tuple, tuple] = {}
-        for name in self.feasible:
-            self._classify(name, push=False, filings=filings)
+        self._classify(self.feasible, filings={})
         heapq.heapify(self._heap)
 
     def _file_static(self, verdict) -> None:
         """Where pods of this shape may go at all, from the static predicates' ``verdict``."""
         index, pod, policy = self._index, self._pod, self.policy
-        for name, reason in verdict.rejected.items():
-            if reason in PASSING_REASONS:
-                self._file_empty(name)
+        self._file_empty([name for name, reason in verdict.rejected.items() if reason in PASSING_REASONS])
+        nodes, request, demand, feasible = index.nodes, self.request, pod.device_demand, self.feasible
         for name in verdict.feasible:
-            reason = static_reason(index.nodes[name], self.request, policy, pod.device_demand)
+            reason = static_reason(nodes[name], request, policy, demand)
             if reason:
                 self._static[name] = reason
                 self._static_counts[reason] += 1
             else:
-                self.feasible.add(name)
-        for name in self.feasible:
-            self._file_empty(name)
+                feasible.add(name)
+        self._file_empty(feasible)
 
     def fits(self, free: Mapping[str, int]) -> bool:
         return all(free.get(name, 0) >= amount for name, amount in self._wanted)
@@ -229,22 +248,6 @@ class ShapeView:
         choice = self._index.choice
         chosen = choice.score(node, self.request, free, room, pick.gpus) if choice is not None else ()
         return pick.quality + chosen + pack_score(node, self.request, free)
-
-    def _filing_key(self, node: NodeInfo, free: Mapping[str, int], room: GpuRoom | None) -> tuple | None:
-        """What ``_classify``'s filing of ``node`` depends on: its kind,
-        its free amounts of what the shape asks, and its GPU room as
-        ``pick`` reads it; None where DRA or the pod's claims are involved
-        (as ``_pick_key``)."""
-        if node.dra is not None or self._pod.device_demand is not None:
-            return None
-        kind = node_kind(node)
-        if room is None:
-            gpus = None
-        elif self._aligns_numa or kind[3] == SINGLE_NUMA_NODE:
-            gpus = room.key
-        else:
-            gpus = room.free
-        return (kind, tuple([free.get(name, 0) for name in self._asked]), gpus)
 
     def peek(self, *unusable: Collection[str]) -> Entry | None:
         """The best node that fits the index's free map and is in none of ``unusable``."""
@@ -313,23 +316,30 @@ class ShapeView:
             counts[self._static[name]] -= 1
         return +counts
 
-    def _file_empty(self, name: str) -> None:
-        """Note how many pods of this shape node ``name`` holds empty."""
-        node = self._index.nodes[name]
-        has_room = name in self._index.rooms
-        if node.dra is not None or self._pod.device_demand is not None:  # devices and claims differ per node
-            holds, too_small = self._when_empty(node, has_room)
-        else:
-            kind = (node_kind(node), has_room)
-            known = self._empty_filings.get(kind)
-            if known is None or known[0] is not node.topology:
-                known = self._empty_filings[kind] = (node.topology, *self._when_empty(node, has_room))
-            _, holds, too_small = known
-        self._holds[name] = holds
-        self.holds_when_empty += holds
-        if too_small:
-            self._too_small[name] = too_small
-            self.too_small_counts.update(too_small)
+    def _file_empty(self, names: Iterable[str]) -> None:
+        """Note how many pods of this shape each node of ``names`` holds empty."""
+        index, by_node = self._index, self._pod.device_demand is not None
+        nodes, rooms, filings = index.nodes, index.rooms, self._empty_filings
+        holds_of, too_small_of, added = self._holds, self._too_small, 0
+        lacking: dict[int, list] = {}  # id(reasons) -> [reasons, nodes lacking them]: a kind's share a list
+        for name in names:
+            node = nodes[name]
+            has_room = name in rooms
+            if by_node or node.dra is not None:  # devices and claims differ per node
+                holds, too_small = self._when_empty(node, has_room)
+            else:
+                kind = (node_kind(node), has_room)
+                known = filings.get(kind)
+                if known is None or known[0] is not node.topology:
+                    known = filings[kind] = (node.topology, *self._when_empty(node, has_room))
+                _, holds, too_small = known
+            holds_of[name] = holds
+            added += holds
+            if too_small:
+                too_small_of[name] = too_small
+                _tally(lacking, too_small)
+        self.holds_when_empty += added
+        _count_tallies(self.too_small_counts, lacking)
 
     def _when_empty(self, node: NodeInfo, has_room: bool) -> tuple[int, list[str]]:
         """How many pods of this shape ``node`` holds empty, and what it
@@ -347,40 +357,70 @@ class ShapeView:
         self.holds_when_empty -= self._holds.pop(name, 0)
         self.too_small_counts.subtract(self._too_small.pop(name, ()))
 
-    def _classify(self, name: str, push: bool = True, filings: dict[tuple, tuple] | None = None) -> None:
-        """File a feasible node as fitting (heap) or short (reasons);
-        ``filings``: those of nodes alike (``_filing_key``) to reuse and add
-        to, (pick, score less tiebreak), within one build (every node it
-        keys by its board's id is alive)."""
+    def _classify(self, names: Iterable[str], filings: dict[tuple, tuple] | None = None) -> None:
+        """File feasible nodes as fitting (heap) or short (reasons).  With
+        ``filings`` (a view's build: heap entries are appended, for one
+        heapify), nodes alike file once: those of one kind (``node_kind``)
+        with equal free amounts of what the shape asks and an equal GPU room
+        as ``pick`` reads it (free ids, or the NUMA room where
+        single-numa-node applies) share (pick, score less tiebreak); not
+        where DRA or the pod's claims are involved (as ``_pick_key``).
+        Within one build every node keyed by its board's id is alive."""
         self._counts_for = self._fits_for = None
-        short = self._short.pop(name, None)
-        if short:
-            self._short_counts.subtract(short)
         index = self._index
-        node, free, room = index.nodes[name], index.free.get(name, {}), index.rooms.get(name)
-        key = self._filing_key(node, free, room) if filings is not None else None
-        known = filings.get(key) if key is not None else None
-        if known is None:
-            pick = self.pick(name, free, room)
-            known = (pick, self._merit(node, free, pick, room) if isinstance(pick, GpuPick) else None)
-            if key is not None:
-                filings[key] = known
-        pick, merit = known
-        if isinstance(pick, GpuPick):
-            entry = (merit + index.tiebreak.get(name, ()), name, index.versions.get(name, 0))
-            if push:
-                heapq.heappush(self._heap, entry)
+        nodes, free_of, rooms, tiebreak, versions = index.nodes, index.free, index.rooms, index.tiebreak, index.versions
+        short_of, heap, asked = self._short, self._heap, self._asked
+        alike = filings is not None and self._pod.device_demand is None
+        aligns = self._aligns_numa
+        shorts: dict[int, list] = {}  # id(reasons) -> [reasons, nodes short of them]: alike nodes share a list
+        for name in names:
+            short = short_of.pop(name, None)
+            if short:
+                self._short_counts.subtract(short)
+            node, free, room = nodes[name], free_of.get(name, _NOTHING), rooms.get(name)
+            key = known = None
+            if alike and node.dra is None:
+                if room is None:
+                    gpus = None
+                elif aligns or node.labels.get(TOPOLOGY_MANAGER_POLICY_LABEL) == SINGLE_NUMA_NODE:
+                    gpus = room.key
+                else:
+                    gpus = room.free
+                key = (node_kind(node), tuple(map(free.get, asked)), gpus)  # None for an absent resource, as 0 alike
+                known = filings.get(key)
+            if known is None:
+                pick = self.pick(name, free, room)
+                known = (pick, self._merit(node, free, pick, room) if isinstance(pick, GpuPick) else None)
+                if key is not None:
+                    filings[key] = known
+            pick, merit = known
+            if merit is not None:
+                entry = (merit + tiebreak.get(name, ()), name, versions.get(name, 0))
+                if filings is None:
+                    heapq.heappush(heap, entry)
+                else:
+                    heap.append(entry)
             else:
-                self._heap.append(entry)
-        else:
-            self._short[name] = pick
-            self._short_counts.update(pick)
+                short_of[name] = pick
+                _tally(shorts, pick)
+        _count_tallies(self._short_counts, shorts)
+        if len(heap) > len(self.feasible) * 3 // 2 + HEAP_SLACK:
+            self._compact()
+
+    def _compact(self) -> None:
+        """Drop the heap's superseded entries.  Each node filed anew leaves
+        one behind, and ``peek`` skips only those that come up: a view kept
+        idle while nodes change (the reservation's) held four for each live
+        one, and its next use popped them all, ~7,000 in one cycle."""
+        versions = self._index.versions
+        self._heap[:] = [entry for entry in self._heap if entry[2] == versions.get(entry[1], 0)]
+        heapq.heapify(self._heap)
 
     def refresh(self, name: str) -> None:
         """Node ``name`` changed in the index's free map."""
         self.upkeep += 1
         if name in self.feasible:
-            self._classify(name)
+            self._classify((name,))
 
     def node_changed(self, name: str) -> None:
         """Node ``name`` was added, removed or replaced in the index's nodes
@@ -401,13 +441,13 @@ class ShapeView:
         reasons = static_reasons(self._pod, node)
         reason = reasons[0] if reasons else static_reason(node, self.request, self.policy, self._pod.device_demand)
         if not reason or reason in PASSING_REASONS:
-            self._file_empty(name)
+            self._file_empty((name,))
         if reason:
             self._static[name] = reason
             self._static_counts[reason] += 1
         else:
             self.feasible.add(name)
-            self._classify(name)
+            self._classify((name,))
 
     def restore(self) -> None:
         """Put back what the last attempt popped and is still current."""
@@ -416,6 +456,22 @@ class ShapeView:
             if entry[2] == versions.get(entry[1], 0):
                 heapq.heappush(self._heap, entry)
         self._stash.clear()
+
+
+def _tally(tallies: dict[int, list], reasons: list[str]) -> None:
+    """Count one more node for ``reasons``, a list nodes filed alike share
+    (kept alive by the caller while it tallies)."""
+    tally = tallies.get(id(reasons))
+    if tally is None:
+        tallies[id(reasons)] = [reasons, 1]
+    else:
+        tally[1] += 1
+
+
+def _count_tallies(counts: Counter, tallies: dict[int, list]) -> None:
+    for reasons, nodes in tallies.values():
+        for reason in reasons:
+            counts[reason] += nodes
 
 
 class CapacityIndex:
