@@ -36,13 +36,14 @@ from dataclasses import replace
 from typing import Any, Collection, Hashable, Iterable, Iterator, Mapping
 
 from batchsched.api.constants import GPU_CLIQUE_LABEL, GPU_RESOURCE
+from batchsched.core import resources as res
 from batchsched.core.dra import claims
 from batchsched.core.dra.model import AllocatedDevice, DeviceClass, ResourceClaim, ResourceSlice
 from batchsched.core.dra.state import DraState
 from batchsched.core.model import NodeInfo, PodInfo, annotated_topology, with_dra
 from batchsched.core.resources import Resources
 from batchsched.core.text import clip
-from batchsched.core.topology.accounting import GpuRoom, dra_gpus_by_id, room_of
+from batchsched.core.topology.accounting import GpuRoom, dra_gpus_by_id, gpu_id_count, room_after, room_of
 from batchsched.core.topology.choose import mask_of
 from batchsched.core.tracked import ChangeLog, changed_after
 
@@ -326,6 +327,26 @@ class ClusterState:
             derived = self._derived[name] = (stamp, free, room_of(node, holding, in_use))
         return derived
 
+    def _derive_onto(self, name: str, pod: PodInfo, before: tuple[int, Resources, GpuRoom | None]) -> None:
+        """The node's free resources and room once ``pod`` is bound there,
+        from ``before`` (current until it came), where that is what
+        ``_derive`` would give: on a node without DRA, for a pod naming no
+        GPU id of the node that another pod holds (pods naming disjoint ids
+        leave one room, in whatever order they take it).  Else derived anew
+        when next asked.  A burst binds pods onto nodes one by one, and each
+        derived anew costs a pass over every pod the node holds."""
+        node = self.nodes.get(name)
+        if node is None or node.dra is not None:
+            return
+        _, free, room = before
+        if pod.holds_resources:
+            if room is not None:
+                if mask_of(g for g in pod.gpu_ids if g < gpu_id_count(node)) & ~room.free:
+                    return
+                room = room_after(node, room, pod)
+            free = res.subtract(free, pod.requests)
+        self._derived[name] = (self._node_stamp[name], free, room)
+
     def dra_in_use_ids(self, name: str, except_pods: Collection[str] = ()) -> int:
         """Where DRA serves nvidia.com/gpu: the GPU ids (accounting.dra_gpus_by_id)
         whose devices are in a claim's allocation or assumed, less those
@@ -425,7 +446,11 @@ class ClusterState:
                 on_node.pop(uid, None)
                 if not on_node:
                     del self._bound[pod.node_name]
+            before = self._derived.get(pod.node_name) if sign > 0 else None
+            current = before is not None and before[0] == self._node_stamp.get(pod.node_name)
             self._stamp_node(pod.node_name)
+            if current:
+                self._derive_onto(pod.node_name, pod, before)
         members = self._by_gang.setdefault(key, {})
         if sign > 0:
             members[uid] = None

@@ -188,10 +188,17 @@ def room_of(node: NodeInfo, holding: Iterable[PodInfo], dra_in_use: int = 0) -> 
         free = ((1 << ids) - 1) & ~(node.dra.mask if node.dra is not None else 0)
     room = GpuRoom(free, capacity, capacity)
     for pod in holding:
-        asked = pod.requests.get(constants.GPU_RESOURCE, 0)
-        named = [g for g in sorted(set(pod.gpu_ids)) if room.free >> g & 1][:asked]  # in range, unclaimed
-        room = room.take(named, pod.requests, charged_numa(node, named, asked))
+        room = room_after(node, room, pod)
     return replace(room, free=room.free & ~dra_in_use) if dra_in_use else room
+
+
+def room_after(node: NodeInfo, room: GpuRoom, pod: PodInfo) -> GpuRoom:
+    """``room`` once ``pod``, holding room on ``node``, takes its share:
+    the GPU ids it names that are free there (in range, unclaimed), up to
+    what it asks, and its cpu and memory where ``charged_numa`` says."""
+    asked = pod.requests.get(constants.GPU_RESOURCE, 0)
+    named = [g for g in sorted(set(pod.gpu_ids)) if room.free >> g & 1][:asked]
+    return room.take(named, pod.requests, charged_numa(node, named, asked))
 
 
 def gpu_rooms(snapshot: Snapshot) -> dict[str, GpuRoom]:
