@@ -513,6 +513,7 @@ def test_a_view_whose_nodes_are_filed_anew_over_and_over_keeps_its_heap_compact(
     for step in range(500):
         name = rng.choice(sorted(state.nodes))
         index.commit({name: {**index.free[name], "cpu": rng.randrange(0, 64_000)}})
+        assert index.view(shape) is view  # read: the node is filed anew
         largest = max(largest, len(view._heap))
     assert largest <= 15 + 1  # 10 feasible nodes: compacted when past 15
     fresh = CapacityIndex(state.nodes, dict(index.free), NodeFilter(state.nodes), rooms=dict(index.rooms)).view(shape)
@@ -527,3 +528,33 @@ def test_a_view_whose_nodes_are_filed_anew_over_and_over_keeps_its_heap_compact(
 
     assert best_first(view) == best_first(fresh) == heap_order(fresh)
     assert heap_order(view) == heap_order(fresh)  # all put back
+
+
+def test_a_view_held_across_commits_reads_what_they_changed():
+    """Commits file a node anew only when the view is next read: a view
+    held across them (not handed out again) answers peeks, reserved-set
+    looks and reason counts as a fresh index's view would."""
+    rng = random.Random(29)
+    nodes = [node(f"n{i}", cpu="16", gpu=8) for i in range(12)]
+    state = ClusterState("batchsched", nodes)
+    shape = pod("shape", cpu=2, gpu=4)
+    index = cluster_capacity(state, {})
+    view = index.view(shape)
+    reservations = [frozenset(rng.sample(sorted(state.nodes), k)) for k in (3, 9)]
+    for step in range(200):
+        name = rng.choice(sorted(state.nodes))
+        index.commit({name: {**index.free[name], "nvidia.com/gpu": rng.randrange(0, 9),
+                             "cpu": rng.randrange(0, 16_001)}})
+        fresh = CapacityIndex(state.nodes, dict(index.free), NodeFilter(state.nodes), rooms=dict(index.rooms)).view(shape)
+        look = rng.randrange(3)
+        if look == 0:
+            best, expected = view.peek(), fresh.peek()
+            assert (best and best[:2]) == (expected and expected[:2]), step
+        elif look == 1:
+            reserved = rng.choice(reservations)  # few sets: kept answers are asked again
+            expected = fresh.peek(reserved) is not None
+            fresh.restore()
+            assert view.fits_outside(reserved) == expected, step
+        else:
+            assert view.reason_counts((), {}, {}) == fresh.reason_counts((), {}, {}), step
+        view.restore()

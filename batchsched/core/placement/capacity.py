@@ -155,6 +155,7 @@ class ShapeView:
         self._fits_for: tuple[Collection[str], bool] | None = None  # fits_outside's, kept alike
         self._heap: list[Entry] = []
         self._stash: list[Entry] = []  # popped by the current attempt
+        self._dirty: dict[str, None] = {}  # feasible nodes changed since last filed (``refresh``)
         if like is not None:
             self._static: dict[str, str] = dict(like._static)  # node -> why it never fits this shape
             self._static_counts = Counter(like._static_counts)
@@ -251,6 +252,8 @@ class ShapeView:
 
     def peek(self, *unusable: Collection[str]) -> Entry | None:
         """The best node that fits the index's free map and is in none of ``unusable``."""
+        if self._dirty:
+            self.settle()
         heap, versions = self._heap, self._index.versions
         while heap:
             entry = heap[0]
@@ -267,6 +270,7 @@ class ShapeView:
         Kept for one reserved set until a node is filed anew: the gangs
         woken in a cycle ask it one after another of the same few views
         (``places_none``), and each look pops the reserved nodes' entries."""
+        self.settle()
         kept = self._fits_for
         if kept is not None and (kept[0] is reserved or kept[0] == reserved):
             return kept[1]
@@ -288,6 +292,7 @@ class ShapeView:
         nodes off-limits and ``taken`` and ``rooms`` overriding the index's.
         ``reserved`` may map each node to why it is off-limits (default: a
         reservation)."""
+        self.settle()
         kept = self._counts_for
         if not taken and kept is not None and kept[0] == reserved:
             return Counter(kept[1])
@@ -417,16 +422,28 @@ class ShapeView:
         heapq.heapify(self._heap)
 
     def refresh(self, name: str) -> None:
-        """Node ``name`` changed in the index's free map."""
+        """Node ``name`` changed in the index's free map: filed anew when the
+        view is next read (``settle``)."""
         self.upkeep += 1
         if name in self.feasible:
-            self._classify((name,))
+            self._dirty[name] = None
+
+    def settle(self) -> None:
+        """File the nodes changed since the view was last read.  A burst's
+        plans change a node several times between two reads of a view (half
+        the filings in one run were of a node filed since), and a view
+        unused for a while is filed when read, not at each change."""
+        if self._dirty:
+            names = list(self._dirty)
+            self._dirty.clear()
+            self._classify(names)
 
     def node_changed(self, name: str) -> None:
         """Node ``name`` was added, removed or replaced in the index's nodes
         (its version already bumped, so its old heap entries are stale)."""
         self.upkeep += 1
         self._counts_for = self._fits_for = None
+        self._dirty.pop(name, None)
         reason = self._static.pop(name, None)
         if reason is not None:
             self._static_counts[reason] -= 1
@@ -512,6 +529,7 @@ class CapacityIndex:
             like = self._views.get((key[0], dataclasses.replace(policy, rdma=not policy.rdma)))
             view = self._views[key] = ShapeView(self, pod, policy, like)
         view.last_used, view.upkeep = self.generation, 0
+        view.settle()
         return view
 
     def commit(self, taken: Mapping[str, Resources], rooms: Mapping[str, GpuRoom] | None = None) -> None:
