@@ -249,10 +249,25 @@ def _room_taken_before_its_turn(snapshot: Snapshot, gang: Gang, queue: GangQueue
     if preemption.enabled and (book.active or not preemption.may_preempt(gang.spec, gang.priority, gang.members)):
         return False
     reserved = queue.reserved_against(gang.key)
-    if (reserved and queue.reservation.ready_at is not None  # (else none backfills)
-            and any(_backfills(snapshot, (pod,), queue.reservation) for pod in gang.pending)):
+    if reserved and _one_pod_backfills(snapshot, gang, queue.reservation):
         reserved = frozenset()
     return places_none(_one_pod_per_shape(gang), capacity, reserved=reserved, policy=placement_policy(gang, config))
+
+
+def _one_pod_backfills(snapshot: Snapshot, gang: Gang, reservation: Reservation | None) -> bool:
+    """Whether one of the gang's pending pods alone backfills (``_backfills``):
+    the one with the shortest runtime bound among those that end by
+    themselves.  That bound is kept on the gang object, as
+    ``_one_pod_per_shape`` is (it depends on the gang's pods and PodGroup)."""
+    ready_at = reservation.ready_at if reservation is not None else None
+    if ready_at is None:
+        return False
+    if "_shortest_bound" not in gang.__dict__:
+        bounds = [bound for pod in gang.pending
+                  if pod.runs_to_completion and (bound := runtime_bound(pod, snapshot.groups)) is not None]
+        gang.__dict__["_shortest_bound"] = min(bounds, default=None)
+    shortest = gang.__dict__["_shortest_bound"]
+    return shortest is not None and snapshot.now + shortest <= ready_at
 
 
 def _one_pod_per_shape(gang: Gang) -> list[PodInfo]:

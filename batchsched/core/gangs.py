@@ -10,6 +10,7 @@ are named in the gang's messages so the mistake shows (docs/podgroup.md).
 from __future__ import annotations
 
 import difflib
+import functools
 import itertools
 from collections import Counter
 from dataclasses import dataclass
@@ -95,9 +96,11 @@ class Gang:
         """How many pending members must be placed at once to reach quorum."""
         return max(0, self.min_member - len(self.bound_active))
 
-    @property
+    @functools.cached_property
     def signature(self) -> Hashable:
-        """Changes when the gang's spec or membership does."""
+        """Changes when the gang's spec or membership does.  Kept on the
+        object, which ``GangIndex`` keeps while the gang is unchanged: the
+        queue asks every waiting gang's at each cycle."""
         return (self.spec.generation, frozenset(p.uid for p in self.members))
 
 
@@ -145,8 +148,15 @@ class GangIndex(Mapping[str, Gang]):
         self._cluster = snapshot.cluster
         self._built: dict[str, tuple[int, GroupSpec | None, str | None, Gang]] = \
             self._cluster.caches.setdefault("gangs", {})
+        self._checked: dict[str, Gang] = {}  # gangs looked up in this snapshot: nothing changes within it
 
     def __getitem__(self, key: str) -> Gang:
+        gang = self._checked.get(key)
+        if gang is None:
+            gang = self._checked[key] = self._current(key)
+        return gang
+
+    def _current(self, key: str) -> Gang:
         snapshot, cluster = self._snapshot, self._cluster
         stamp, group, invalid = cluster.gang_stamp(key), snapshot.groups.get(key), snapshot.invalid_groups.get(key)
         hit = self._built.get(key)

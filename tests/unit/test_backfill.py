@@ -180,3 +180,32 @@ def test_a_pod_bound_but_not_started_is_expected_to_end_a_bound_from_now():
     assert expected_end(bound, groups) is None
     assert expected_end(bound, groups, now=T0) == T0 + 600
     assert expected_end(pod("g-1", group="g"), groups, now=T0) is None  # not bound: nothing to end
+
+
+def test_one_pending_pod_backfills_exactly_when_one_alone_would():
+    """The woken-gang check keeps each gang's shortest runtime bound (pods
+    that end by themselves only) and compares it with the reservation's
+    ready time: the same answer as asking ``_backfills`` of each pod alone,
+    over deadlines, hints, restart policies and ready times."""
+    import random
+
+    from batchsched.core.cycle import _backfills, _one_pod_backfills
+    from batchsched.core.gangs import GangIndex
+    from batchsched.core.queueing.queue import Reservation
+
+    rng = random.Random(3)
+    answers = set()
+    for case in range(300):
+        hint = rng.choice((None, 60, 600))
+        pods = [pod(f"p{i}", gpu=1, group="g", deadline=rng.choice((None, 30, 300, 3000)),
+                    restart_policy=rng.choice((None, "Never", "OnFailure", "Always"))) for i in range(rng.randrange(1, 5))]
+        snap = snapshot([node("n0", gpu=8)], pods, [group("g", min_member=len(pods), expected_runtime=hint)],
+                        now=rng.choice((0, 100)))
+        gang = GangIndex(snap)["default/g"]
+        reservation = rng.choice((None, Reservation("default/other", frozenset({"n0"}), ready_at=None),
+                                  Reservation("default/other", frozenset({"n0"}), ready_at=snap.now + rng.choice((50, 500, 5000)))))
+        expected = any(_backfills(snap, (p,), reservation) for p in gang.pending)
+        assert _one_pod_backfills(snap, gang, reservation) == expected, case
+        assert _one_pod_backfills(snap, gang, reservation) == expected, case  # kept on the gang
+        answers.add(expected)
+    assert answers == {True, False}
