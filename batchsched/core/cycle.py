@@ -164,8 +164,7 @@ def schedule_cycle(snapshot: Snapshot, queue: GangQueue, config: CoreConfig = Co
     _refresh_reservation(snapshot, gangs, queue, config, book)
     cluster_total = snapshot.cluster.total_allocatable
     evicting: set[str] = set()  # victims chosen earlier in this cycle
-    partly_bound = lambda key: gangs[key].need > 0 and any(p.bound_by_scheduler for p in gangs[key].bound_active)  # noqa: E731
-    for key in book.in_turn(queue.attempts(now, config.max_gangs_per_cycle), partly_bound):
+    for key in book.in_turn(queue.attempts(now, config.max_gangs_per_cycle), lambda key: gangs[key].partly_bound):
         if key in starting_over:
             continue
         if capacity is None:
@@ -226,13 +225,13 @@ def _fits_one_pod(gangs: Mapping[str, Gang], rooms: Callable[[], list[Resources]
     fits_by_shape: dict[tuple, bool] = {}
 
     def fits(pod: PodInfo) -> bool:
-        shape = tuple(sorted(pod.requests.items()))
+        shape = shape_key(pod)[1]  # its requests, sorted
         if shape not in fits_by_shape:
             fits_by_shape[shape] = any(not res.fits(pod.requests, room) for room in known())
         return fits_by_shape[shape]
 
     known = functools.cache(rooms)
-    return lambda key: any(fits(p) for p in gangs[key].pending)
+    return lambda key: any(fits(p) for p in _one_pod_per_shape(gangs[key]))
 
 
 def _room_taken_before_its_turn(snapshot: Snapshot, gang: Gang, queue: GangQueue, config: CoreConfig,

@@ -97,6 +97,12 @@ class Gang:
         return max(0, self.min_member - len(self.bound_active))
 
     @functools.cached_property
+    def partly_bound(self) -> bool:
+        """Members this scheduler bound hold room while the quorum is short:
+        the rest go before anyone else takes room (kept, as ``signature``)."""
+        return self.need > 0 and any(p.bound_by_scheduler for p in self.bound_active)
+
+    @functools.cached_property
     def signature(self) -> Hashable:
         """Changes when the gang's spec or membership does.  Kept on the
         object, which ``GangIndex`` keeps while the gang is unchanged: the

@@ -136,7 +136,7 @@ def test_sync_drops_gangs_that_left():
     class G:
         def __init__(self, key):
             self.key, self.priority, self.created, self.signature = key, 0, 0.0, None
-            self.bound_active, self.need = (), 1
+            self.partly_bound = False
 
     q = make_queue()
     q.sync([G("a"), G("b")], now=0)

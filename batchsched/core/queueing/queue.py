@@ -165,7 +165,7 @@ class GangQueue:
         present = set()
         for gang in gangs:
             self.upsert(gang.key, gang.priority, gang.created, now, gang.signature,
-                        partial=gang.need > 0 and any(p.bound_by_scheduler for p in gang.bound_active))
+                        partial=gang.partly_bound)
             present.add(gang.key)
         for key in [k for k in self._entries if k not in present]:
             self.remove(key)
