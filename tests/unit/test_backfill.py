@@ -198,12 +198,13 @@ def test_one_pending_pod_backfills_exactly_when_one_alone_would():
     for case in range(300):
         hint = rng.choice((None, 60, 600))
         pods = [pod(f"p{i}", gpu=1, group="g", deadline=rng.choice((None, 30, 300, 3000)),
-                    restart_policy=rng.choice((None, "Never", "OnFailure", "Always"))) for i in range(rng.randrange(1, 5))]
+                    restart_policy=rng.choice((None, "Never", "OnFailure", "Always")))
+                for i in range(rng.randrange(1, 5))]
         snap = snapshot([node("n0", gpu=8)], pods, [group("g", min_member=len(pods), expected_runtime=hint)],
                         now=rng.choice((0, 100)))
         gang = GangIndex(snap)["default/g"]
-        reservation = rng.choice((None, Reservation("default/other", frozenset({"n0"}), ready_at=None),
-                                  Reservation("default/other", frozenset({"n0"}), ready_at=snap.now + rng.choice((50, 500, 5000)))))
+        ready_at = rng.choice((None, snap.now + 50, snap.now + 500, snap.now + 5000))
+        reservation = rng.choice((None, Reservation("default/other", frozenset({"n0"}), ready_at=ready_at)))
         expected = any(_backfills(snap, (p,), reservation) for p in gang.pending)
         assert _one_pod_backfills(snap, gang, reservation) == expected, case
         assert _one_pod_backfills(snap, gang, reservation) == expected, case  # kept on the gang

@@ -393,8 +393,9 @@ def test_a_view_files_each_node_as_a_view_of_that_node_alone_would(monkeypatch, 
             if rng.random() < 0.3:
                 labels["nvidia.com/gpu.clique"] = "c1"
             cpu = rng.choice(("64", "96"))
+            # flat nodes with the boards' memory: alike but for the board
             nodes.append(topology_node(f"n{i}", DGX1, cpu=cpu, labels=labels) if rng.random() < 0.7
-                         else node(f"n{i}", cpu=cpu, memory="512Gi", gpu=8, labels=labels))  # as the boards: alike but for the board
+                         else node(f"n{i}", cpu=cpu, memory="512Gi", gpu=8, labels=labels))
         state = ClusterState("batchsched", nodes)
         for i, n in enumerate(nodes):
             if rng.random() < 0.5:
@@ -545,7 +546,8 @@ def test_a_view_held_across_commits_reads_what_they_changed():
         name = rng.choice(sorted(state.nodes))
         index.commit({name: {**index.free[name], "nvidia.com/gpu": rng.randrange(0, 9),
                              "cpu": rng.randrange(0, 16_001)}})
-        fresh = CapacityIndex(state.nodes, dict(index.free), NodeFilter(state.nodes), rooms=dict(index.rooms)).view(shape)
+        fresh = CapacityIndex(state.nodes, dict(index.free), NodeFilter(state.nodes),
+                              rooms=dict(index.rooms)).view(shape)
         look = rng.randrange(3)
         if look == 0:
             best, expected = view.peek(), fresh.peek()

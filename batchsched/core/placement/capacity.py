@@ -391,7 +391,8 @@ class ShapeView:
                     gpus = room.key
                 else:
                     gpus = room.free
-                key = (node_kind(node), tuple(map(free.get, asked)), gpus)  # None for an absent resource, as 0 alike
+                # (an absent resource keys as None, apart from a 0: less sharing only)
+                key = (node_kind(node), tuple(map(free.get, asked)), gpus)
                 known = filings.get(key)
             if known is None:
                 pick = self.pick(name, free, room)
