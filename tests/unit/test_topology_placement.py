@@ -268,3 +268,31 @@ def test_a_bad_topology_policy_makes_the_podgroup_invalid(spec, problem):
     with pytest.raises(ValueError, match=problem):
         group("g", 1, spec)
 
+
+
+def test_a_pod_spread_over_numa_nodes_is_charged_each_share_rounded_down():
+    """A pod naming no GPU set has its cpu and memory charged to every NUMA
+    node by its share, each rounded down on its own; the kept charges (per
+    capacity and request) give exactly that, for rooms taken and given back
+    in any order, across nodes whose NUMA capacities differ."""
+    import random
+
+    from batchsched.core.topology.accounting import GpuRoom
+
+    rng = random.Random(13)
+    capacities = [{0: {"cpu": 48_000, "memory": 256 << 30}, 1: {"cpu": 48_000, "memory": 256 << 30}},
+                  {0: {"cpu": 31_000, "memory": 100 << 30}, 1: {"cpu": 33_000, "memory": 156 << 30},
+                   2: {"cpu": 7, "memory": 3}},
+                  {0: {"cpu": 0, "memory": 64 << 30}}]
+    for capacity in capacities:
+        room = expected = GpuRoom(0, capacity, capacity)
+        for _ in range(200):
+            request = {"cpu": rng.choice((1, 250, 1000, 3333)), "memory": rng.choice((1, 1 << 30, 12345678))}
+            take = rng.random() < 0.6
+            room = room.take((), request, None) if take else room.give((), request, None)
+            totals = {r: sum(c[r] for c in capacity.values()) for r in ("cpu", "memory")}
+            sign = -1 if take else 1
+            expected = GpuRoom(0, {n: {r: expected.numa_free[n][r] + sign * (request[r] * c[r] // totals[r] if totals[r]
+                                                                          else 0)
+                                       for r in ("cpu", "memory")} for n, c in capacity.items()}, capacity)
+            assert room == expected

@@ -146,11 +146,35 @@ class GpuRoom:
         if numa is not None:
             numa_free[numa] = op(numa_free[numa], {r: request.get(r, 0) for r in _NUMA_RESOURCES})
         else:
-            totals = {r: sum(c[r] for c in self.numa_capacity.values()) for r in _NUMA_RESOURCES}
-            for node_id, capacity in self.numa_capacity.items():
-                numa_free[node_id] = op(numa_free[node_id], {
-                    r: request.get(r, 0) * capacity[r] // totals[r] for r in _NUMA_RESOURCES if totals[r]})
+            for node_id, charge in _spread(self.numa_capacity, request.get(res.CPU, 0),
+                                           request.get(res.MEMORY, 0)).items():
+                numa_free[node_id] = op(numa_free[node_id], charge)
         return GpuRoom(free, numa_free, self.numa_capacity)
+
+
+def _spread(capacity: Mapping[int, Resources], cpu: int, memory: int) -> dict[int, Resources]:
+    """Each NUMA node's share of a pod's ``cpu`` and ``memory`` charged by
+    share (``capacity``: each NUMA node's).  Kept per capacity (by identity:
+    a node's is one object, ``numa_capacity``) and request, as pods of a
+    node mostly ask a few sizes and every room of a node is rebuilt pod by
+    pod (``room_of``)."""
+    key = (id(capacity), cpu, memory)
+    known = _SPREADS.get(key)
+    if known is None or known[0] is not capacity:
+        totals = {r: sum(c[r] for c in capacity.values()) for r in _NUMA_RESOURCES}
+        asked = {res.CPU: cpu, res.MEMORY: memory}
+        if len(_SPREADS) >= SPREADS_KEPT:
+            _SPREADS.clear()
+        known = _SPREADS[key] = (capacity, {
+            node_id: {r: asked[r] * share[r] // totals[r] for r in _NUMA_RESOURCES if totals[r]}
+            for node_id, share in capacity.items()})
+    return known[1]
+
+
+# Spread charges kept (capacity, cpu, memory): a cluster's nodes times the
+# pod sizes it runs; past this many they are dropped and kept afresh.
+SPREADS_KEPT = 65536
+_SPREADS: dict[tuple, tuple[Mapping[int, Resources], dict[int, Resources]]] = {}
 
 
 def charged_numa(node: NodeInfo, gpus: Iterable[int], asked: int) -> int | None:
