@@ -23,7 +23,7 @@ from batchsched.core.topology.annotation import from_annotation, to_document
 from batchsched.core.topology.model import TopologyError
 from batchsched.core.topology.parse import parse_topo
 from tests.unit.helpers import gang_pods, group, node, snapshot, stamp
-from tests.unit.topology_support import FIXTURES, fixture
+from tests.unit.topology_support import FIXTURES, fixture, topology_node
 
 FUZZ = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -278,3 +278,48 @@ def test_a_config_validates_or_is_a_config_error(data):
         return
     assert isinstance(config, SchedulerConfig)
     assert finite_numbers(config.model_dump())
+
+
+# ---- GPU ids tenants write, as each node's room is kept --------------------------------
+
+gpu_ids_text = (st.text(alphabet="0123456789, x-", max_size=24)
+                | st.lists(st.integers(0, 3) | st.integers(0, 9) | st.integers(0, 4200), max_size=10).map(
+                    lambda ids: ",".join(map(str, ids))))  # mostly in range: pods naming one id
+
+
+@FUZZ
+@given(st.lists(st.tuples(st.sampled_from((0, 0, 0, 1, 2)), st.sampled_from((0, 1, 1, 2, 4, 8)), gpu_ids_text,
+                          st.booleans(), st.booleans()), min_size=1, max_size=24))
+def test_a_node_kept_room_equals_a_scan_whatever_gpu_ids_pods_name(binds):
+    """Pods bound one by one onto nodes (a DGX-1 board, two flat nodes of
+    8 and 4 GPUs) with any gpu-ids annotation: ids out of range, repeated,
+    named by another pod, garbage; some seen pending first, so that they
+    come before pods bound earlier in the node's order (the first of two
+    pods naming an id has it). Each node's free resources and room, kept
+    up to date pod by pod where that is exact (``ClusterState._derive_onto``),
+    equal a scan of its pods after every bind, and sometimes a pod ends."""
+    from batchsched.core.cluster import ClusterState
+    from batchsched.core.topology.accounting import room_of
+    from tests.unit.helpers import pod
+
+    nodes = [topology_node("n0", fixture("dgx1-hybrid-cube-mesh-8gpu.txt")),
+             node("n1", cpu="64", memory="256Gi", gpu=8), node("n2", cpu="32", memory="128Gi", gpu=4)]
+    state = ClusterState("batchsched", nodes)
+    for i, (_, gpus, _, _, early) in enumerate(binds):
+        if early:
+            state.put_pod(pod(f"p{i}", cpu=1 + i % 3, memory="1Gi", gpu=gpus))
+    for i, (where, gpus, ids, ends, _) in enumerate(binds):
+        name = f"n{where}"
+        state.free(name)  # derived now: the next bind may keep it up to date
+        state.put_pod(pod(f"p{i}", cpu=1 + i % 3, memory="1Gi", gpu=gpus, node_name=name, phase="Running",
+                          gpu_ids=ids))
+        if ends and i % 3 == 0:
+            state.put_pod(pod(f"p{i}", cpu=1 + i % 3, memory="1Gi", gpu=gpus, node_name=name, phase="Succeeded",
+                              gpu_ids=ids))
+        for n in nodes:
+            holding = [p for p in state.bound_pods(n.name) if p.holds_resources]
+            used: dict = {}
+            for p in holding:
+                used = res.add(used, p.requests)
+            assert state.free(n.name) == res.subtract(n.allocatable, used)
+            assert state.room(n.name) == room_of(state.nodes[n.name], holding)
