@@ -270,14 +270,20 @@ def test_a_bad_topology_policy_makes_the_podgroup_invalid(spec, problem):
 
 
 
-def test_a_pod_spread_over_numa_nodes_is_charged_each_share_rounded_down():
+@pytest.mark.parametrize("kept", [None, 3], ids=["charges-kept", "charges-start-over-every-three"])
+def test_a_pod_spread_over_numa_nodes_is_charged_each_share_rounded_down(monkeypatch, kept):
     """A pod naming no GPU set has its cpu and memory charged to every NUMA
     node by its share, each rounded down on its own; the kept charges (per
     capacity and request) give exactly that, for rooms taken and given back
-    in any order, across nodes whose NUMA capacities differ."""
+    in any order, across nodes whose NUMA capacities differ, also where the
+    kept charges start over every three."""
     import random
 
+    from batchsched.core.topology import accounting
     from batchsched.core.topology.accounting import GpuRoom
+
+    if kept is not None:
+        monkeypatch.setattr(accounting, "SPREADS_KEPT", kept)
 
     rng = random.Random(13)
     capacities = [{0: {"cpu": 48_000, "memory": 256 << 30}, 1: {"cpu": 48_000, "memory": 256 << 30}},

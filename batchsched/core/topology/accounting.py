@@ -171,9 +171,10 @@ def _spread(capacity: Mapping[int, Resources], cpu: int, memory: int) -> dict[in
     return known[1]
 
 
-# Spread charges kept (capacity, cpu, memory): a cluster's nodes times the
-# pod sizes it runs; past this many they are dropped and kept afresh.
-SPREADS_KEPT = 65536
+# Spread charges kept (capacity, cpu, memory): past this many (a cluster's
+# nodes times the pod sizes it runs; ~0.9 KB each) they are dropped and kept
+# afresh. A node's room is rebuilt pod by pod, and its pods reuse its own.
+SPREADS_KEPT = 4096
 _SPREADS: dict[tuple, tuple[Mapping[int, Resources], dict[int, Resources]]] = {}
 
 
