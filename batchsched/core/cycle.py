@@ -221,11 +221,11 @@ def _retry_where_freed(snapshot: Snapshot, gangs: Mapping[str, Gang], queue: Gan
 
 def _fits_one_pod(gangs: Mapping[str, Gang], rooms: Callable[[], list[Resources]]) -> Callable[[str], bool]:
     """Whether one of a gang's pending pods fits one of ``rooms`` (computed
-    at the first question, answers kept per pod shape)."""
+    at the first question, answers kept per pod shape, ``shape_key``)."""
     fits_by_shape: dict[tuple, bool] = {}
 
     def fits(pod: PodInfo) -> bool:
-        shape = shape_key(pod)[1]  # its requests, sorted
+        shape = shape_key(pod)
         if shape not in fits_by_shape:
             fits_by_shape[shape] = any(not res.fits(pod.requests, room) for room in known())
         return fits_by_shape[shape]
