@@ -36,6 +36,7 @@ class QueueConfig(_Strict):
     max_backoff_seconds: float = Field(60.0, alias="maxBackoffSeconds", gt=0, le=MAX_SECONDS)
     reservation_after_seconds: float = Field(60.0, alias="reservationAfterSeconds", ge=0, le=MAX_SECONDS)
     max_reservation_seconds: float = Field(14400.0, alias="maxReservationSeconds", gt=0, le=MAX_SECONDS)
+    lend_reserved_to_victims: bool = Field(True, alias="lendReservedToVictims", strict=True)
     max_gangs_per_cycle: int = Field(1000, alias="maxGangsPerCycle", ge=1)
 
 
@@ -276,6 +277,7 @@ class SchedulerConfig(_Strict):
             max_backoff=self.queue.max_backoff_seconds,
             reservation_after_seconds=self.queue.reservation_after_seconds,
             max_reservation_seconds=self.queue.max_reservation_seconds,
+            lend_reserved=self.queue.lend_reserved_to_victims,
             max_gangs_per_cycle=self.queue.max_gangs_per_cycle,
             domain_labels=tuple(self.topology.domain_labels),
             fragmentation_aware=self.topology.fragmentation_aware,

@@ -13,6 +13,7 @@ class CoreConfig:
     max_backoff: float = 60.0  # the backoff doubles up to this
     reservation_after_seconds: float = 60.0  # see batchsched.core.queueing.queue
     max_reservation_seconds: float = 14400.0  # a reservation held longer is released
+    lend_reserved: bool = True  # reserved room lent to the pods its holder may evict (queueing.lending)
     max_gangs_per_cycle: int = 1000  # attempts per cycle; the rest wait a cycle
     # Node label keys naming a placement domain, smallest kind first (docs/topology.md).
     domain_labels: tuple[str, ...] = (GPU_CLIQUE_LABEL,)

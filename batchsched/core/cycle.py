@@ -27,7 +27,7 @@ from batchsched.core.dra.claims import ClaimAllocation
 from batchsched.core.dra.extended import ExtendedClaim, extended_claim
 from batchsched.core.dra.model import AllocatedDevice
 from batchsched.core.gangs import Gang, GangChanges, GangIndex, foreign_note, members_selector
-from batchsched.core.model import PodInfo, TopologyPolicy
+from batchsched.core.model import GroupSpec, PodInfo, TopologyPolicy
 from batchsched.core.placement.capacity import CapacityIndex, NodeEntry, cluster_capacity, kept_index, shape_key
 from batchsched.core.placement.fragmentation import node_choice
 from batchsched.core.placement.gang import (Assignment, GangPlan, PlanFailure, min_resources_beyond, places_none,
@@ -35,6 +35,7 @@ from batchsched.core.placement.gang import (Assignment, GangPlan, PlanFailure, m
 from batchsched.core.preemption.plan import NominationHolds, NoPreemption, plan_preemption
 from batchsched.core.preemption.policy import PreemptionPolicy, PreemptionState
 from batchsched.core.placement.fit import REASON_RESERVED
+from batchsched.core.queueing.lending import lent_pods, may_borrow
 from batchsched.core.queueing.queue import GangQueue, Reservation
 from batchsched.core.queueing.runtime import KILL_GRACE_SECONDS, expected_end, overran_hint, runtime_bound
 from batchsched.core.queues.book import (REASON_QUEUE_AT_LIMIT, REASON_QUEUE_BEYOND_FAIR_SHARE, Admission, QueueBook,
@@ -161,7 +162,7 @@ def schedule_cycle(snapshot: Snapshot, queue: GangQueue, config: CoreConfig = Co
     # every node changed meanwhile at once, later.
     capacity: CapacityIndex | None = None
     _retry_where_freed(snapshot, gangs, queue)
-    _refresh_reservation(snapshot, gangs, queue, config, book)
+    _refresh_reservation(snapshot, gangs, queue, config, book, preemption)
     cluster_total = snapshot.cluster.total_allocatable
     evicting: set[str] = set()  # victims chosen earlier in this cycle
     for key in book.in_turn(queue.attempts(now, config.max_gangs_per_cycle), lambda key: gangs[key].partly_bound):
@@ -174,7 +175,8 @@ def schedule_cycle(snapshot: Snapshot, queue: GangQueue, config: CoreConfig = Co
         before = (len(plan.bindings), len(plan.evictions), len(plan.nominations), frozenset(evicting))
         holds_given: dict[str, Resources] = {}
         try:
-            if _room_taken_before_its_turn(snapshot, gangs[key], queue, config, preemption, book, holds, capacity):
+            if _room_taken_before_its_turn(snapshot, gangs, gangs[key], queue, config, preemption, preemption_state,
+                                           book, holds, capacity):
                 queue.resume_backoff(key)
                 continue
             _try_gang(snapshot, gangs, key, queue, config, preemption, preemption_state, capacity, cluster_total,
@@ -234,9 +236,9 @@ def _fits_one_pod(gangs: Mapping[str, Gang], rooms: Callable[[], list[Resources]
     return lambda key: any(fits(p) for p in _one_pod_per_shape(gangs[key]))
 
 
-def _room_taken_before_its_turn(snapshot: Snapshot, gang: Gang, queue: GangQueue, config: CoreConfig,
-                                preemption: PreemptionPolicy, book: QueueBook, holds: NominationHolds,
-                                capacity: CapacityIndex) -> bool:
+def _room_taken_before_its_turn(snapshot: Snapshot, gangs: Mapping[str, Gang], gang: Gang, queue: GangQueue,
+                                config: CoreConfig, preemption: PreemptionPolicy, state: PreemptionState,
+                                book: QueueBook, holds: NominationHolds, capacity: CapacityIndex) -> bool:
     """A gang that freed room woke from its backoff (``_retry_where_freed``)
     finds, at its turn, no node with room for even one of its pods: gangs
     before it in this cycle took the room, or it is on nodes reserved
@@ -248,7 +250,8 @@ def _room_taken_before_its_turn(snapshot: Snapshot, gang: Gang, queue: GangQueue
     if preemption.enabled and (book.active or not preemption.may_preempt(gang.spec, gang.priority, gang.members)):
         return False
     reserved = queue.reserved_against(gang.key)
-    if reserved and _one_pod_backfills(snapshot, gang, queue.reservation):
+    if reserved and (_one_pod_backfills(snapshot, gang, queue.reservation) or (
+            config.lend_reserved and may_borrow(snapshot, gangs, gang, gang.pending, queue, preemption, state))):
         reserved = frozenset()
     return places_none(_one_pod_per_shape(gang), capacity, reserved=reserved, policy=placement_policy(gang, config))
 
@@ -325,11 +328,19 @@ def _try_gang(snapshot: Snapshot, gangs: GangIndex, key: str, queue: GangQueue, 
     holds_given.update(own_holds)
     result = plan_gang(admission.pods, gang.need, capacity, reserved=off_limits,
                        cluster_total=cluster_total, task_need=gang.task_need, **_topology_args(gang, config))
-    if isinstance(result, PlanFailure) and reserved and _backfills(snapshot, admission.pods, queue.reservation):
-        # It ends before the reserved gang is expected to fit: the reserved
-        # nodes are its too (other nodes were tried first).
-        result = plan_gang(admission.pods, gang.need, capacity, reserved=_off_limits(frozenset(), admission),
-                           cluster_total=cluster_total, task_need=gang.task_need, **_topology_args(gang, config))
+    borrowed = ""  # the gang whose reserved room it borrows (queueing.lending)
+    if isinstance(result, PlanFailure) and reserved:
+        backfills = _backfills(snapshot, admission.pods, queue.reservation)
+        if not backfills and config.lend_reserved and may_borrow(snapshot, gangs, gang, admission.pods, queue,
+                                                                 preemption, preemption_state):
+            borrowed = queue.reservation.gang_key
+        if backfills or borrowed:
+            # It ends before the reserved gang is expected to fit, or that
+            # gang may evict it by then: the reserved nodes are its too
+            # (other nodes were tried first).
+            result = plan_gang(admission.pods, gang.need, capacity, reserved=_off_limits(frozenset(), admission),
+                               cluster_total=cluster_total, task_need=gang.task_need,
+                               **_topology_args(gang, config))
     if isinstance(result, PlanFailure):
         queue.record_failure(key, now)
         message = result.message
@@ -384,7 +395,11 @@ def _try_gang(snapshot: Snapshot, gangs: GangIndex, key: str, queue: GangQueue, 
                 claims.allocations(snapshot.nodes[a.node_name], a.pod, a.gpu_ids, snapshot.cluster.dra.claim,
                                    snapshot.cluster.dra.classes))
         for a in result.assignments)
-    plan.verdicts[key] = Verdict(True, REASON_SCHEDULED, _scheduled_message(gang, result, admission))
+    message = _scheduled_message(gang, result, admission)
+    if borrowed and any(a.node_name in reserved for a in result.assignments):
+        message += (f" It borrowed room on nodes reserved for gang {borrowed}, which may evict it once it can "
+                    "use them (queue.lendReservedToVictims).")
+    plan.verdicts[key] = Verdict(True, REASON_SCHEDULED, message)
 
 
 def _backfills(snapshot: Snapshot, pods: Collection[PodInfo], reservation: Reservation | None) -> bool:
@@ -503,7 +518,7 @@ def _topology_args(gang: Gang, config: CoreConfig) -> dict:
 
 
 def _refresh_reservation(snapshot: Snapshot, gangs: Mapping[str, Gang], queue: GangQueue,
-                         config: CoreConfig, book: QueueBook) -> None:
+                         config: CoreConfig, book: QueueBook, preemption: PreemptionPolicy) -> None:
     """Give the reservation to the first long-waiting gang that is neither
     hopeless nor past its reservation's bound, nor waiting for its queue
     (see batchsched.core.queueing.queue)."""
@@ -513,7 +528,8 @@ def _refresh_reservation(snapshot: Snapshot, gangs: Mapping[str, Gang], queue: G
         if not gang.need or _waits_for_queue(book, gang):
             continue  # its quorum is bound (extra members reserve nothing), or room reserved would sit idle
         try:
-            drained, draining = drained_index(snapshot, gangs, gang)
+            lent = lent_pods(snapshot, gangs, gang, queue, preemption) if config.lend_reserved else {}
+            drained, draining = drained_index(snapshot, gangs, gang, lent)
             result = plan_gang(gang.pending, gang.need, drained, **_topology_args(gang, config))
         except Exception:  # noqa: BLE001 - its own attempt reports it (InternalError); others go on
             cluster.caches.pop("drained", None)  # maybe half updated: rebuilt on next use
@@ -523,35 +539,40 @@ def _refresh_reservation(snapshot: Snapshot, gangs: Mapping[str, Gang], queue: G
             continue
         quorum = result.assignments[:gang.need]
         reserved = {a.node_name for a in quorum}
-        if queue.reserve(key, reserved, snapshot.now, _awaited_end(cluster, reserved, draining),
+        if queue.reserve(key, reserved, snapshot.now, _awaited_end(cluster, reserved, draining.waited_out),
                          _ready_at(snapshot, quorum, draining)):
             return
     queue.release_reservation()
 
 
-def drained_index(snapshot: Snapshot, gangs: Mapping[str, Gang],
-                  gang: Gang) -> tuple[CapacityIndex, Callable[[PodInfo], bool]]:
+def drained_index(snapshot: Snapshot, gangs: Mapping[str, Gang], gang: Gang,
+                  lent: Mapping[str, float] | None = None) -> tuple[CapacityIndex, Drain]:
     """The cluster as if the bound pods ``gang`` may wait out had ended
     (``_drained_entry``), and which pods those are: ours, of other gangs,
-    not of higher priority.  (Counting equal-priority pods is what makes
-    the reservation useful when every gang has the default priority.)
+    not of higher priority, and those ``lent`` its reserved room
+    (queueing.lending).  (Counting equal-priority pods is what makes the
+    reservation useful when every gang has the default priority.)
 
     One index, kept across cycles, serves every head: it depends on the
     head only through the gangs it may wait out, so gangs that turned
     drainable or not since the last call (another head, a priority
     changed, they bound or ended), or whose runtime hint changed, change
-    it on the nodes of their pods only."""
+    it on the nodes of their pods only; so do pods lent room or no longer."""
     cluster = snapshot.cluster
+    lent = lent or {}
     holding = _holding_gangs(snapshot, gangs)
     drainable = frozenset([k for k, (priority, _) in holding.items() if priority <= gang.priority and k != gang.key])
     hints = {k: hint for k in drainable if (hint := holding[k][1])}
     before = cluster.caches.get("drainable")
-    cluster.caches["drainable"] = (drainable, hints)
+    cluster.caches["drainable"] = (drainable, hints, lent)
     turned = ((drainable ^ before[0]) | {k for k in hints.keys() | before[1].keys()
                                          if hints.get(k) != before[1].get(k)}
               if before else frozenset())
     nodes = {p.node_name for k in turned for p in (cluster.pods[u] for u in cluster.gang_uids(k)) if p.node_name}
-    draining = _draining(snapshot, drainable)
+    if before:
+        nodes.update(pod.node_name for uid in lent.keys() | before[2].keys() if lent.get(uid) != before[2].get(uid)
+                     and (pod := cluster.pods.get(uid)) is not None and pod.node_name)
+    draining = Drain(snapshot.scheduler_name, drainable, snapshot.groups, lent)
     return kept_index(cluster, "drained", None, _drained_entry(snapshot, draining), also_changed=nodes,
                       kept_rebuilds=DRAINED_VIEWS_KEPT_REBUILDS), draining
 
@@ -596,11 +617,33 @@ def _waits_for_queue(book: QueueBook, gang: Gang) -> bool:
         return True
 
 
-def _draining(snapshot: Snapshot, drainable: frozenset[str]) -> Callable[[PodInfo], bool]:
-    """Whether a bound pod is one the reservation may wait out: ours, of a
-    ``drainable`` gang, and ending by itself (PodInfo.runs_to_completion)."""
-    ours = snapshot.scheduler_name
-    return lambda p: p.scheduler_name == ours and p.gang_key in drainable and p.runs_to_completion
+@dataclass(frozen=True)
+class Drain:
+    """The bound pods a reservation counts as gone (called on a pod), and
+    from when (``end``): ours, of a ``drainable`` gang and ending by
+    themselves (PodInfo.runs_to_completion), at their expected end; and
+    those ``lent`` its room (pod uid -> when its holder may evict them)."""
+
+    ours: str
+    drainable: frozenset[str]
+    groups: Mapping[str, GroupSpec]
+    lent: Mapping[str, float]
+
+    def __call__(self, pod: PodInfo) -> bool:
+        return pod.uid in self.lent or self.waited_out(pod)
+
+    def waited_out(self, pod: PodInfo) -> bool:
+        """One it waits to end by itself."""
+        return pod.scheduler_name == self.ours and pod.gang_key in self.drainable and pod.runs_to_completion
+
+    def end(self, pod: PodInfo, now: float | None = None) -> float | None:
+        """When it is expected to be gone (runtime.expected_end), or evictable if lent sooner."""
+        evictable = self.lent.get(pod.uid)
+        if evictable is None:
+            return expected_end(pod, self.groups, now)
+        end = expected_end(pod, self.groups, now) if self.waited_out(pod) else None
+        evictable = evictable if now is None else max(now, evictable)
+        return evictable if end is None else min(end, evictable)
 
 
 def _awaited_end(cluster: ClusterState, nodes: Collection[str], draining: Callable[[PodInfo], bool]) -> float | None:
@@ -612,20 +655,19 @@ def _awaited_end(cluster: ClusterState, nodes: Collection[str], draining: Callab
     return max(ends) + KILL_GRACE_SECONDS
 
 
-def _ready_at(snapshot: Snapshot, quorum: Collection[Assignment],
-              draining: Callable[[PodInfo], bool]) -> float | None:
+def _ready_at(snapshot: Snapshot, quorum: Collection[Assignment], draining: Drain) -> float | None:
     """When the reserved quorum is expected to fit (by resource counts): on
     each of its nodes, once the pods it waits for there have ended, soonest
     expected end first, until its pods there fit; None when one it needs
     has no expected end (runtime.expected_end)."""
-    cluster, groups = snapshot.cluster, snapshot.groups
+    cluster = snapshot.cluster
     asked: dict[str, Resources] = {}
     for assignment in quorum:
         asked[assignment.node_name] = res.add(asked.get(assignment.node_name, {}), assignment.pod.requests)
     ready = snapshot.now
     for name, request in asked.items():
         free = cluster.free(name)
-        ends = [(expected_end(p, groups, snapshot.now), p) for p in cluster.bound_pods(name)
+        ends = [(draining.end(p, snapshot.now), p) for p in cluster.bound_pods(name)
                 if p.holds_resources and draining(p)]
         for end, pod in sorted(ends, key=lambda e: (math.inf if e[0] is None else e[0], e[1].uid)):
             if not res.fits(request, free):
@@ -636,12 +678,12 @@ def _ready_at(snapshot: Snapshot, quorum: Collection[Assignment],
     return ready
 
 
-def _drained_entry(snapshot: Snapshot, draining: Callable[[PodInfo], bool]) -> Callable[[str], NodeEntry]:
+def _drained_entry(snapshot: Snapshot, draining: Drain) -> Callable[[str], NodeEntry]:
     """A node as if its ``draining`` pods had finished; among nodes equally
     good once drained, the one expected to be drained soonest goes first
     (by its pods' runtime bounds and how long they have run; a pod without
     a bound last), then the freest now."""
-    cluster, groups = snapshot.cluster, snapshot.groups
+    cluster = snapshot.cluster
 
     def entry(name: str) -> NodeEntry:
         now = cluster.free(name)
@@ -650,7 +692,7 @@ def _drained_entry(snapshot: Snapshot, draining: Callable[[PodInfo], bool]) -> C
         gone = [p for p in holding if draining(p)]
         if not gone:
             return now, cluster.room(name), (0.0, *freest)
-        ends = [expected_end(p, groups) for p in gone]
+        ends = [draining.end(p) for p in gone]
         drained_by = math.inf if None in ends else max(ends)
         free = dict(now)
         for pod in gone:

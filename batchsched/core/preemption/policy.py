@@ -70,8 +70,18 @@ class PreemptionPolicy:
                       group: GroupSpec | None = None, priority: int | None = None) -> bool:
         """Pod-level rules; gang-level ones (whole or not at all) are in plan.py.
         ``priority``: the pod's gang's effective priority, when it is in one of ours."""
+        if not pod.holds_resources or pod.terminating or not self.evictable_once_running(
+                pod, preemptor_priority, group, priority):
+            return False
+        return self.min_runtime_seconds <= 0 or (pod.started and now - pod.started >= self.min_runtime_seconds)
+
+    def evictable_once_running(self, pod: PodInfo, preemptor_priority: int, group: GroupSpec | None = None,
+                               priority: int | None = None) -> bool:
+        """The pod-level rules that do not depend on the pod's state: a
+        pending pod that passes them is a victim once it has run
+        ``min_runtime_seconds``."""
         priority = pod.priority if priority is None else priority
-        if not pod.holds_resources or pod.terminating or priority >= preemptor_priority:
+        if priority >= preemptor_priority:
             return False
         opted_out = not pod.preemptible or (group is not None and not group.preemptible)
         if opted_out and self.honours_opt_out(pod.namespace):
@@ -80,9 +90,7 @@ class PreemptionPolicy:
             return False
         if any(pod.labels.get(k) != v for k, v in self.victim_labels):
             return False
-        if self.victim_priority_classes and pod.priority_class not in self.victim_priority_classes:
-            return False
-        return self.min_runtime_seconds <= 0 or (pod.started and now - pod.started >= self.min_runtime_seconds)
+        return not self.victim_priority_classes or pod.priority_class in self.victim_priority_classes
 
 
 @dataclass(frozen=True)

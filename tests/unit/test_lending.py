@@ -1,0 +1,110 @@
+"""Reserved room lent to the pods its holder may evict (docs/queueing.md,
+"Lending to the holder's victims"; batchsched.core.queueing.lending)."""
+from dataclasses import replace
+
+import pytest
+
+from batchsched.core.cycle import schedule_cycle
+from batchsched.core.preemption.policy import PreemptionPolicy, PreemptionState
+from tests.unit.helpers import T0, gang_pods, group, pod
+from tests.unit.test_backfill import CONFIG, later, reserved_scene
+
+INFERENCE = {"workload": "inference"}
+# big (priority 0) may evict inference pods that have run 100 s.
+POLICY = PreemptionPolicy(enabled=True, victim_labels=tuple(INFERENCE.items()), min_runtime_seconds=100)
+READY = T0 + 230  # when big is expected to fit on its reserved gpu-0 and gpu-1 (reserved_scene)
+
+
+def inference(name, gpu=4, priority=-5, labels=INFERENCE, **kwargs):
+    """A Deployment's pod: it never ends by itself, so it never backfills."""
+    return replace(pod(name, gpu=gpu, priority=priority, created=61, owner="ReplicaSet", **kwargs),
+                   labels=dict(labels))
+
+
+def placed(candidate, policy=POLICY, config=CONFIG, state=PreemptionState()):
+    """Where ``candidate`` goes at t=61, when big takes its reservation
+    (gpu-2 has 3 GPUs free, too few for it)."""
+    queue, snap = reserved_scene()
+    plan = schedule_cycle(later(snap, 0, candidate), queue, config, policy, state)
+    assert queue.reservation.gang_key == "default/big" and queue.reservation.nodes == {"gpu-0", "gpu-1"}
+    return {b.pod_name: b.node_name for b in plan.bindings}
+
+
+def test_a_pod_its_holder_may_evict_borrows_the_reserved_room():
+    queue, snap = reserved_scene()
+    plan = schedule_cycle(later(snap, 0, inference("borrower")), queue, CONFIG, POLICY)
+    assert [b.node_name in {"gpu-0", "gpu-1"} for b in plan.bindings] == [True]
+    assert ("borrowed room on nodes reserved for gang default/big, which may evict it"
+            in plan.verdicts["default/pod:borrower"].message)
+
+
+@pytest.mark.parametrize("why", ["lending off", "preemption off", "not a victim by label",
+                                 "not of lower priority", "evictable too late", "holder must wait to evict",
+                                 "eviction budget spent", "a gang of two"])
+def test_no_room_is_lent_to_a_pod_the_holder_could_not_evict_in_time(why):
+    candidate, policy, config, state = inference("borrower"), POLICY, CONFIG, PreemptionState()
+    if why == "lending off":
+        config = replace(CONFIG, lend_reserved=False)
+    elif why == "preemption off":
+        policy = replace(POLICY, enabled=False)
+    elif why == "not a victim by label":
+        candidate = inference("borrower", labels={"workload": "batch"})
+    elif why == "not of lower priority":
+        candidate = inference("borrower", priority=0)
+    elif why == "evictable too late":  # it may be evicted at 61 + 170 = 231, after big fits (230)
+        policy = replace(POLICY, min_runtime_seconds=170)
+    elif why == "holder must wait to evict":  # big has waited since 0; it may evict from 1000 on
+        policy = replace(POLICY, preemptor_wait_seconds=(("", 1000.0),))
+    elif why == "eviction budget spent":
+        policy = replace(POLICY, namespace_evictions_per_hour=2)
+        state = PreemptionState(evicted_last_hour={"default": 2})
+    if why == "a gang of two":  # evicted whole or not at all: it does not borrow
+        queue, snap = reserved_scene()
+        members = [replace(p, labels=dict(INFERENCE))
+                   for p in gang_pods("pair", 2, gpu=4, created=61, priority=-5, owner="ReplicaSet")]
+        plan = schedule_cycle(later(snap, 0, *members, groups=[group("pair", min_member=2, created=61)]),
+                              queue, CONFIG, POLICY)
+        assert plan.bindings == []
+        return
+    assert placed(candidate, policy, config, state) == {}
+    # The limits are sharp: just within each, it borrows.
+    if why == "evictable too late":
+        assert placed(candidate, replace(POLICY, min_runtime_seconds=169))
+    if why == "holder must wait to evict":
+        assert placed(candidate, replace(POLICY, preemptor_wait_seconds=(("", 169.0),)))
+
+
+def borrowed_scene():
+    """The reserved scene at t=61 once the borrower is bound to gpu-0 and
+    running."""
+    queue, snap = reserved_scene()
+    borrower = inference("borrower")
+    plan = schedule_cycle(later(snap, 0, borrower), queue, CONFIG, POLICY)
+    (binding,) = plan.bindings
+    running = replace(borrower, node_name=binding.node_name, phase="Running", started=snap.now)
+    return queue, later(snap, 0, running), running
+
+
+def test_the_reservation_stays_where_it_lent_room_and_its_holder_evicts_the_borrower_when_drained():
+    queue, snap, borrower = borrowed_scene()
+    # Counted as gone once evictable (t=161), the borrower moves nothing:
+    # without that, no node would be left for big to wait for.
+    plan = schedule_cycle(later(snap, 1), queue, CONFIG, POLICY)
+    assert queue.reservation.gang_key == "default/big" and queue.reservation.nodes == {"gpu-0", "gpu-1"}
+    assert queue.reservation.ready_at == READY
+    assert plan.evictions == []
+    # Once the Job pods are gone, big evicts the borrower and waits for it.
+    done = [replace(snap.pods[f"uid-default-job-{i}"], phase="Succeeded") for i in range(2)]
+    plan = schedule_cycle(later(snap, 170, *done), queue, CONFIG, POLICY)
+    assert [e.pod.name for e in plan.evictions] == ["borrower"]
+    assert {n.node_name for n in plan.nominations} == {"gpu-0", "gpu-1"}
+
+
+def test_a_borrower_that_started_before_the_reservation_is_not_counted_as_gone():
+    """Pods that were there before the nodes were reserved are planned
+    around, as before lending: only those that came since are the
+    holder's to evict when it is ready."""
+    queue, snap, borrower = borrowed_scene()
+    earlier = replace(borrower, started=snap.now - 100)
+    schedule_cycle(later(snap, 1, earlier), queue, CONFIG, POLICY)
+    assert queue.reservation is None  # nothing left to wait for: gpu-2 and gpu-0 hold inference for good
