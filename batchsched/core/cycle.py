@@ -16,6 +16,7 @@ import dataclasses
 import functools
 import math
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import Callable, Collection, Mapping
 
 from batchsched.api.constants import GPU_RESOURCE
@@ -351,6 +352,8 @@ def _try_gang(snapshot: Snapshot, gangs: GangIndex, key: str, queue: GangQueue, 
             message += (f" Its node reservation was released after it outlasted its bound (the pods it "
                         f"waited for, or maxReservationSeconds={config.max_reservation_seconds:g}); it "
                         "gets none until its pods or PodGroup change.")
+        if queue.reservation is not None and queue.reservation.gang_key == key:
+            message += " " + _held_reservation_note(queue.reservation)
         nominated_before = len(plan.nominations)
         if gang.need and preemption.enabled and not result.never_fits:  # no eviction could make it fit
             overran = _overran_hints(snapshot, gangs, gang, queue.reservation)
@@ -400,6 +403,23 @@ def _try_gang(snapshot: Snapshot, gangs: GangIndex, key: str, queue: GangQueue, 
         message += (f" It borrowed room on nodes reserved for gang {borrowed}, which may evict it once it can "
                     "use them (queue.lendReservedToVictims).")
     plan.verdicts[key] = Verdict(True, REASON_SCHEDULED, message)
+
+
+def _held_reservation_note(reservation: Reservation) -> str:
+    """What its holder's verdict says of the reservation: the nodes and when
+    it is expected to fit there (a time, not a countdown: a verdict that
+    changed every cycle would be written every cycle)."""
+    names = sorted(reservation.nodes)
+    shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+    if reservation.ready_at is None:
+        when = "when they will have drained is unknown (a pod it waits for there has no runtime bound)"
+    else:
+        try:
+            stamp = datetime.fromtimestamp(reservation.ready_at, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        except (OverflowError, OSError, ValueError):  # a deadline of 2^62 s is valid in the API
+            stamp = "a time past the year 9999"
+        when = f"it is expected to fit there by {stamp}"
+    return f"It holds a reservation of {len(names)} node(s) while they drain ({shown}); {when}."
 
 
 def _backfills(snapshot: Snapshot, pods: Collection[PodInfo], reservation: Reservation | None) -> bool:

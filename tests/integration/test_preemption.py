@@ -319,3 +319,39 @@ def test_a_preemptor_class_with_a_wait_evicts_only_once_it_has_waited(env, start
     wait_for("train bound", lambda: len(members_bound(env, "train-")) == 1, timeout=60)
     assert time.monotonic() - started >= 6, "evicted before its wait was over"
     assert len(alive(env, inference)) == 6
+
+
+# 13
+def test_reserved_room_lent_to_a_victim_is_taken_back_once_the_holder_can_use_it(env, start_scheduler):
+    """queue.lendReservedToVictims: two nodes drain for a high-priority gang
+    (a Job-like pod of ours on each, ending within its deadline). An
+    inference pod that fits nowhere else borrows their room, and its
+    PodGroup's Scheduled event says so. Once the drained pods are gone the
+    gang evicts it and binds there."""
+    pc = Classes(env)
+    nodes = [env.add_node(f"gpu{i}", gpus=8) for i in range(2)]
+    draining = []
+    for node in nodes:
+        job = pod(f"job-{node[-4:]}", env.namespace, gpus=4, cpu="1", priority_class=pc.mid)
+        job["spec"].update(nodeName=node, restartPolicy="Never", activeDeadlineSeconds=600)
+        env.create(job)
+        draining.append(job["metadata"]["name"])
+    wait_for("the Job pods running", lambda: all(env.pods()[n]["status"].get("phase") == "Running" for n in draining))
+    make_gang(env, "big", 2, group_spec={"priorityClassName": pc.high}, gpus=8, cpu="1", priority_class=pc.high)
+    config = preemption_config()
+    config["queue"]["reservationAfterSeconds"] = 1
+    start_scheduler(**config)
+    wait_verdict(env, "big", "It holds a reservation of 2 node(s) while they drain")
+    make_gang(env, "serve", 1, gpus=4, cpu="1", priority_class=pc.low, labels=INFERENCE)
+    wait_for("serve bound", lambda: len(members_bound(env, "serve-")) == 1, timeout=30)
+    assert env.bound()["serve-0"] in nodes
+    wait_for("serve's Scheduled event saying it borrowed", lambda: any(
+        "borrowed room on nodes reserved for gang" in e["message"]
+        for e in env.kube.get(f"/api/v1/namespaces/{env.namespace}/events")["items"]
+        if e["involvedObject"]["name"] == "serve" and e["reason"] == "Scheduled"))
+    assert not members_bound(env, "big-")
+    for name in draining:  # as if they had ended
+        env.kube.delete(f"/api/v1/namespaces/{env.namespace}/pods/{name}")
+    wait_for("big bound", lambda: len(members_bound(env, "big-")) == 2, timeout=60)
+    assert alive(env, ["serve-0"]) == []
+    assert any("big" in message for message in events_about(env, "serve-0", "Preempted"))

@@ -108,3 +108,20 @@ def test_a_borrower_that_started_before_the_reservation_is_not_counted_as_gone()
     earlier = replace(borrower, started=snap.now - 100)
     schedule_cycle(later(snap, 1, earlier), queue, CONFIG, POLICY)
     assert queue.reservation is None  # nothing left to wait for: gpu-2 and gpu-0 hold inference for good
+
+
+def test_the_holders_verdict_names_its_reserved_nodes_and_when_it_expects_to_fit():
+    queue, snap = reserved_scene()
+    message = schedule_cycle(snap, queue, CONFIG).verdicts["default/big"].message
+    assert message.endswith("It holds a reservation of 2 node(s) while they drain (gpu-0, gpu-1); it is "
+                            "expected to fit there by 2024-01-01T00:03:50Z."), message
+
+
+@pytest.mark.parametrize("deadline", [2**62, 2**63 - 1])
+def test_a_deadline_too_far_to_write_as_a_date_still_gives_a_verdict(deadline):
+    """activeDeadlineSeconds is any positive int64 in the API."""
+    queue, snap = reserved_scene()
+    far = replace(snap.pods["uid-default-job-0"], active_deadline_seconds=deadline)
+    verdict = schedule_cycle(later(snap, 0, far), queue, CONFIG).verdicts["default/big"]
+    assert verdict.reason == "Unschedulable", verdict.message
+    assert "it is expected to fit there by a time past the year 9999." in verdict.message
