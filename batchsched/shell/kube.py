@@ -156,9 +156,17 @@ _sending_write: ContextVar[Callable[[], float] | None] = ContextVar("_sending_wr
 
 
 async def _refuse_if_lease_lapsed(session, context, params) -> None:
-    """on_request_headers_sent: runs once the request holds a connection and
-    before its headers are even buffered, so this is the last moment to stop
-    a write.  Raising here closes the connection; nothing reaches the server."""
+    """Runs on_request_headers_sent (once the request holds a connection,
+    before its headers are buffered) and again on_request_chunk_sent (before
+    the body, and the headers buffered with it, are written to the socket).
+
+    The second check is the one that counts for a write with a body: on
+    Python 3.11 aiohttp writes the body from a task of its own, a loop turn
+    or more after the headers hook, and a process paused in between (SIGSTOP,
+    a frozen VM) would send it after resuming, long after the lease lapsed.
+    No await lies between this hook and the socket write, so the check and
+    the send happen in one step.  Raising closes the connection; nothing
+    reaches the server."""
     validity = _sending_write.get()
     if validity is not None and validity() <= 0:
         raise _LeaseLapsed()
@@ -167,6 +175,7 @@ async def _refuse_if_lease_lapsed(session, context, params) -> None:
 def lease_fence() -> aiohttp.TraceConfig:
     trace = aiohttp.TraceConfig()
     trace.on_request_headers_sent.append(_refuse_if_lease_lapsed)
+    trace.on_request_chunk_sent.append(_refuse_if_lease_lapsed)
     return trace
 
 
@@ -390,6 +399,8 @@ class Kube:
             resp = await self._call(method, path, query, body, content_type, timeout)
             data = await resp.read()
         except aiohttp.ClientError as exc:
+            if isinstance(exc.__cause__, _LeaseLapsed):  # refused by the body hook, in aiohttp's writer task
+                raise exc.__cause__ from None
             if isinstance(exc, OSError):
                 raise
             raise TransportError(f"{type(exc).__name__}: {exc}") from exc

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 
+import aiohttp
 import pytest
 from aiohttp import web
 from kubernetes.aio import client
@@ -129,6 +130,34 @@ def test_a_write_queued_for_a_connection_is_not_sent_once_the_lease_lapsed(lapse
             assert server.received == ["GET /slow"]  # the write never reached the server
             # the pool is whole: the next request gets the connection
             assert (await kube.request("GET", "/after"))["code"] == 200
+            await kube.close()
+
+    run(scenario)
+
+
+def test_a_write_whose_lease_lapses_after_its_headers_hook_is_not_sent():
+    """The lease lapses between the headers hook and the body write (a
+    process paused there, which on Python 3.11 is a loop turn wide: aiohttp
+    writes the body from a task of its own).  The body hook refuses it."""
+    async def scenario():
+        async with FaultyServer() as server:  # a write that got through would never be answered
+            kube, lease = kube_at(server.url), HeldLease(60)
+            kube.write_validity = lease.validity
+
+            async def lapse(session, context, params) -> None:
+                lease.lost = True
+
+            pause = aiohttp.TraceConfig()
+            pause.on_request_headers_sent.append(lapse)  # runs after the fence's own headers hook
+            kube.api.configuration.trace_configs.append(pause)
+            with pytest.raises(ApiError) as refused:
+                await kube.request("POST", "/api/v1/namespaces/a/events", body={"kind": "Event"})
+            assert refused.value.reason == "NotLeader" and "before its bytes went out" in refused.value.message
+            assert server.received == []
+            lease.lost = False  # the pool is whole: the next write gets a connection and is sent
+            kube.api.configuration.trace_configs.remove(pause)
+            server.write_delay = 0
+            assert (await kube.request("POST", "/api/v1/namespaces/a/events", body={}))["code"] == 200
             await kube.close()
 
     run(scenario)
