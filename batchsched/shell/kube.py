@@ -20,8 +20,9 @@ one client defect:
 
 Writes are fenced by the leader lease (``Kube.write_validity``, the seconds
 the lease is still certain): a write is refused when the lease has lapsed by
-the moment its bytes would go out (checked by an aiohttp trace hook, after
-the request got a connection, however long it queued for one), and one still
+the moment its bytes would go out (checked by aiohttp trace hooks, after
+the request got a connection, however long it queued for one, and again just
+before its body is written), and one still
 in flight when the lease lapses is cancelled.  docs/operations.md says what
 this does and does not guarantee.
 """
