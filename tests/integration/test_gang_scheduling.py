@@ -193,8 +193,9 @@ def test_gpu_gang_too_big_binds_nothing_and_names_the_shortage(env, start_schedu
     assert c["message"].endswith("with 3 of them placed, 0/4 nodes are available for pod train-3: "
                                  "4 Insufficient nvidia.com/gpu."), c["message"]
     assert env.bound() == {"other": nodes[3]}
-    events = env.kube.get(f"/api/v1/namespaces/{env.namespace}/events")["items"]
-    assert any(e["reason"] == "FailedScheduling" and e["involvedObject"]["name"] == "train" for e in events)
+    wait_for("train's FailedScheduling event", lambda: any(  # posted beside the condition, not before it
+        e["reason"] == "FailedScheduling" and e["involvedObject"]["name"] == "train"
+        for e in env.kube.get(f"/api/v1/namespaces/{env.namespace}/events")["items"]))
 
 
 # 8

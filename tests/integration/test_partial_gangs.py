@@ -83,8 +83,9 @@ def test_a_refused_member_backs_off_and_the_partial_gang_starts_over(env, start_
     message = condition(env.podgroup("g"), "Unschedulable")["message"]
     assert "3/4" in message and "evicted" in message
     wait_for("bound members evicted", lambda: not any(n in env.pods() for n in ("g-0", "g-1", "g-2")), timeout=30)
-    events = env.kube.get(f"/api/v1/namespaces/{env.namespace}/events")["items"]
-    assert any(e["reason"] == "PartialGangTimeout" and e["involvedObject"]["name"] == "g" for e in events)
+    wait_for("g's PartialGangTimeout event", lambda: any(  # events may follow what they report
+        e["reason"] == "PartialGangTimeout" and e["involvedObject"]["name"] == "g"
+        for e in env.kube.get(f"/api/v1/namespaces/{env.namespace}/events")["items"]))
     assert members_bound(env, "g-") == []  # nothing left half-bound
 
     # the admission policy lifted and the pods back (as their Job would make them): bound whole
