@@ -163,7 +163,9 @@ def schedule_cycle(snapshot: Snapshot, queue: GangQueue, config: CoreConfig = Co
     # every node changed meanwhile at once, later.
     capacity: CapacityIndex | None = None
     _retry_where_freed(snapshot, gangs, queue)
-    _refresh_reservation(snapshot, gangs, queue, config, book, preemption)
+    # The holder's would-be victims on its reserved nodes, and those that
+    # borrow its room in this cycle (queueing.lending).
+    lent = _refresh_reservation(snapshot, gangs, queue, config, book, preemption)
     cluster_total = snapshot.cluster.total_allocatable
     evicting: set[str] = set()  # victims chosen earlier in this cycle
     for key in book.in_turn(queue.attempts(now, config.max_gangs_per_cycle), lambda key: gangs[key].partly_bound):
@@ -177,11 +179,11 @@ def schedule_cycle(snapshot: Snapshot, queue: GangQueue, config: CoreConfig = Co
         holds_given: dict[str, Resources] = {}
         try:
             if _room_taken_before_its_turn(snapshot, gangs, gangs[key], queue, config, preemption, preemption_state,
-                                           book, holds, capacity):
+                                           book, holds, capacity, lent):
                 queue.resume_backoff(key)
                 continue
             _try_gang(snapshot, gangs, key, queue, config, preemption, preemption_state, capacity, cluster_total,
-                      holds, withheld, evicting, plan, holds_given, book)
+                      holds, withheld, evicting, plan, holds_given, book, lent)
         except Exception as exc:  # noqa: BLE001 - isolated per gang, reported in its verdict
             del plan.bindings[before[0]:], plan.evictions[before[1]:], plan.nominations[before[2]:]
             evicting.intersection_update(before[3])
@@ -239,7 +241,8 @@ def _fits_one_pod(gangs: Mapping[str, Gang], rooms: Callable[[], list[Resources]
 
 def _room_taken_before_its_turn(snapshot: Snapshot, gangs: Mapping[str, Gang], gang: Gang, queue: GangQueue,
                                 config: CoreConfig, preemption: PreemptionPolicy, state: PreemptionState,
-                                book: QueueBook, holds: NominationHolds, capacity: CapacityIndex) -> bool:
+                                book: QueueBook, holds: NominationHolds, capacity: CapacityIndex,
+                                lent: Mapping[str, float]) -> bool:
     """A gang that freed room woke from its backoff (``_retry_where_freed``)
     finds, at its turn, no node with room for even one of its pods: gangs
     before it in this cycle took the room, or it is on nodes reserved
@@ -252,7 +255,7 @@ def _room_taken_before_its_turn(snapshot: Snapshot, gangs: Mapping[str, Gang], g
         return False
     reserved = queue.reserved_against(gang.key)
     if reserved and (_one_pod_backfills(snapshot, gang, queue.reservation) or (
-            config.lend_reserved and may_borrow(snapshot, gangs, gang, gang.pending, queue, preemption, state))):
+            config.lend_reserved and may_borrow(snapshot, gangs, gang, gang.pending, queue, preemption, state, lent))):
         reserved = frozenset()
     return places_none(_one_pod_per_shape(gang), capacity, reserved=reserved, policy=placement_policy(gang, config))
 
@@ -305,9 +308,11 @@ def _start_over_partial_gangs(gangs: Mapping[str, Gang], queue: GangQueue, now: 
 def _try_gang(snapshot: Snapshot, gangs: GangIndex, key: str, queue: GangQueue, config: CoreConfig,
               preemption: PreemptionPolicy, preemption_state: PreemptionState, capacity: CapacityIndex,
               cluster_total: Mapping[str, int], holds: NominationHolds, withheld: Mapping[str, Resources],
-              evicting: set[str], plan: CyclePlan, holds_given: dict[str, Resources], book: QueueBook) -> None:
+              evicting: set[str], plan: CyclePlan, holds_given: dict[str, Resources], book: QueueBook,
+              lent: dict[str, float]) -> None:
     """Plan one ready gang into ``plan``; ``holds_given`` is kept to the
-    held room lent to it for the attempt (for a failure to take back)."""
+    held room lent to it for the attempt (for a failure to take back);
+    pods that borrow reserved room are added to ``lent``."""
     now = snapshot.now
     gang = gangs[key]
     too_big = min_resources_beyond(gang, cluster_total)
@@ -333,7 +338,7 @@ def _try_gang(snapshot: Snapshot, gangs: GangIndex, key: str, queue: GangQueue, 
     if isinstance(result, PlanFailure) and reserved:
         backfills = _backfills(snapshot, admission.pods, queue.reservation)
         if not backfills and config.lend_reserved and may_borrow(snapshot, gangs, gang, admission.pods, queue,
-                                                                 preemption, preemption_state):
+                                                                 preemption, preemption_state, lent):
             borrowed = queue.reservation.gang_key
         if backfills or borrowed:
             # It ends before the reserved gang is expected to fit, or that
@@ -353,7 +358,7 @@ def _try_gang(snapshot: Snapshot, gangs: GangIndex, key: str, queue: GangQueue, 
                         f"waited for, or maxReservationSeconds={config.max_reservation_seconds:g}); it "
                         "gets none until its pods or PodGroup change.")
         if queue.reservation is not None and queue.reservation.gang_key == key:
-            message += " " + _held_reservation_note(queue.reservation)
+            message += " " + _held_reservation_note(queue.reservation, now)
         nominated_before = len(plan.nominations)
         if gang.need and preemption.enabled and not result.never_fits:  # no eviction could make it fit
             overran = _overran_hints(snapshot, gangs, gang, queue.reservation)
@@ -400,19 +405,23 @@ def _try_gang(snapshot: Snapshot, gangs: GangIndex, key: str, queue: GangQueue, 
         for a in result.assignments)
     message = _scheduled_message(gang, result, admission)
     if borrowed and any(a.node_name in reserved for a in result.assignments):
+        lent.update((a.pod.uid, queue.reservation.ready_at) for a in result.assignments if a.node_name in reserved)
         message += (f" It borrowed room on nodes reserved for gang {borrowed}, which may evict it once it can "
                     "use them (queue.lendReservedToVictims).")
     plan.verdicts[key] = Verdict(True, REASON_SCHEDULED, message)
 
 
-def _held_reservation_note(reservation: Reservation) -> str:
+def _held_reservation_note(reservation: Reservation, now: float) -> str:
     """What its holder's verdict says of the reservation: the nodes and when
     it is expected to fit there (a time, not a countdown: a verdict that
-    changed every cycle would be written every cycle)."""
+    changed every cycle would be written every cycle; so is one that is
+    past, which stays at now while what it waits for is late)."""
     names = sorted(reservation.nodes)
     shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
     if reservation.ready_at is None:
         when = "when they will have drained is unknown (a pod it waits for there has no runtime bound)"
+    elif reservation.ready_at <= now:
+        when = "it was expected to fit there by now"
     else:
         try:
             stamp = datetime.fromtimestamp(reservation.ready_at, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -537,11 +546,12 @@ def _topology_args(gang: Gang, config: CoreConfig) -> dict:
             "bound_on": frozenset(p.node_name for p in gang.bound_active)}
 
 
-def _refresh_reservation(snapshot: Snapshot, gangs: Mapping[str, Gang], queue: GangQueue,
-                         config: CoreConfig, book: QueueBook, preemption: PreemptionPolicy) -> None:
+def _refresh_reservation(snapshot: Snapshot, gangs: Mapping[str, Gang], queue: GangQueue, config: CoreConfig,
+                         book: QueueBook, preemption: PreemptionPolicy) -> dict[str, float]:
     """Give the reservation to the first long-waiting gang that is neither
     hopeless nor past its reservation's bound, nor waiting for its queue
-    (see batchsched.core.queueing.queue)."""
+    (see batchsched.core.queueing.queue); the pods lent its room
+    (queueing.lending.lent_pods)."""
     cluster = snapshot.cluster
     for key in queue.reservation_candidates(snapshot.now):
         gang = gangs[key]
@@ -561,8 +571,9 @@ def _refresh_reservation(snapshot: Snapshot, gangs: Mapping[str, Gang], queue: G
         reserved = {a.node_name for a in quorum}
         if queue.reserve(key, reserved, snapshot.now, _awaited_end(cluster, reserved, draining.waited_out),
                          _ready_at(snapshot, quorum, draining)):
-            return
+            return dict(lent)
     queue.release_reservation()
+    return {}
 
 
 def drained_index(snapshot: Snapshot, gangs: Mapping[str, Gang], gang: Gang,

@@ -482,8 +482,8 @@ def test_a_gang_is_skipped_only_when_its_attempt_would_fail(monkeypatch, preempt
     decided = {"skipped": 0}
     real = cycle_module._room_taken_before_its_turn
 
-    def checked(snapshot, gangs, gang, queue, config, preemption, state, book, holds, capacity):
-        skipped = real(snapshot, gangs, gang, queue, config, preemption, state, book, holds, capacity)
+    def checked(snapshot, gangs, gang, queue, config, preemption, state, book, holds, capacity, lent):
+        skipped = real(snapshot, gangs, gang, queue, config, preemption, state, book, holds, capacity, lent)
         if skipped:
             decided["skipped"] += 1
             attempt = plan_gang(gang.pending, gang.need, capacity, reserved=queue.reserved_against(gang.key),

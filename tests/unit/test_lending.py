@@ -94,8 +94,7 @@ def test_the_reservation_stays_where_it_lent_room_and_its_holder_evicts_the_borr
     assert queue.reservation.ready_at == READY
     assert plan.evictions == []
     # Once the Job pods are gone, big evicts the borrower and waits for it.
-    done = [replace(snap.pods[f"uid-default-job-{i}"], phase="Succeeded") for i in range(2)]
-    plan = schedule_cycle(later(snap, 170, *done), queue, CONFIG, POLICY)
+    plan = schedule_cycle(later(snap, 170, *drained(snap)), queue, CONFIG, POLICY)
     assert [e.pod.name for e in plan.evictions] == ["borrower"]
     assert {n.node_name for n in plan.nominations} == {"gpu-0", "gpu-1"}
 
@@ -108,6 +107,93 @@ def test_a_borrower_that_started_before_the_reservation_is_not_counted_as_gone()
     earlier = replace(borrower, started=snap.now - 100)
     schedule_cycle(later(snap, 1, earlier), queue, CONFIG, POLICY)
     assert queue.reservation is None  # nothing left to wait for: gpu-2 and gpu-0 hold inference for good
+
+
+def drained(snap):
+    """The Job pods big waits for on gpu-0 and gpu-1, ended."""
+    return [replace(snap.pods[f"uid-default-job-{i}"], phase="Succeeded") for i in range(2)]
+
+
+def two_borrowers(policy, state):
+    """At t=61 two victims ask for room; those placed are bound and running."""
+    queue, snap = reserved_scene()
+    pods = inference("borrower-a"), inference("borrower-b")
+    plan = schedule_cycle(later(snap, 0, *pods), queue, CONFIG, policy, state)
+    placed = {b.pod_name: b.node_name for b in plan.bindings}
+    bound = [replace(p, node_name=placed[p.name], phase="Running", started=snap.now) for p in pods if p.name in placed]
+    return queue, later(snap, 0, *bound), placed
+
+
+def test_two_victims_borrow_and_their_holder_evicts_both_when_drained():
+    queue, snap, placed = two_borrowers(POLICY, PreemptionState())
+    assert set(placed) == {"borrower-a", "borrower-b"} and set(placed.values()) <= {"gpu-0", "gpu-1"}
+    plan = schedule_cycle(later(snap, 170, *drained(snap)), queue, CONFIG, POLICY)
+    assert sorted(e.pod.name for e in plan.evictions) == ["borrower-a", "borrower-b"]
+
+
+@pytest.mark.parametrize("limit", ["namespace budget", "victims per cycle"])
+def test_no_more_borrow_than_their_holder_may_evict_at_once(limit):
+    """Each alone is within the limit, both are not: the second would keep
+    its holder off its nodes for good."""
+    if limit == "namespace budget":  # one eviction left in the hour
+        policy = replace(POLICY, namespace_evictions_per_hour=2)
+        state = PreemptionState(evicted_last_hour={"default": 1})
+    else:
+        policy, state = replace(POLICY, max_victims_per_cycle=1), PreemptionState()
+    queue, snap, placed = two_borrowers(policy, state)
+    assert list(placed) == ["borrower-a"]
+    plan = schedule_cycle(later(snap, 170, *drained(snap)), queue, CONFIG, policy, state)
+    assert [e.pod.name for e in plan.evictions] == ["borrower-a"], plan.verdicts["default/big"].message
+
+
+@pytest.mark.parametrize("why", ["eviction budget spent since", "refused by a PodDisruptionBudget"])
+def test_borrowers_their_holder_may_not_evict_for_now_keep_it_waiting_there(why):
+    """Both borrowed; since then the hour's budget was spent down to one
+    eviction, or a PodDisruptionBudget refused one: the holder keeps its
+    nodes, says why it waits, and evicts them once it may (the budget and
+    refusals are of the moment; maxReservationSeconds bounds the wait)."""
+    queue, snap, placed = two_borrowers(POLICY, PreemptionState())
+    if why == "eviction budget spent since":
+        policy = replace(POLICY, namespace_evictions_per_hour=2)
+        state, says = PreemptionState(evicted_last_hour={"default": 1}), "the 1 left of its eviction budget"
+    else:
+        policy, says = POLICY, "could not be evicted lately, e.g. default/borrower-a: Cannot evict pod"
+        state = PreemptionState(refused={"uid-default-borrower-a": "Cannot evict pod as it would violate the pod's "
+                                                                   "disruption budget."})
+    messages = []
+    for t in range(170, 300, 5):  # its verdict stays the same while it waits: it is written once
+        plan = schedule_cycle(later(snap, t, *drained(snap)), queue, CONFIG, policy, state)
+        assert queue.reservation.gang_key == "default/big" and queue.reservation.nodes == {"gpu-0", "gpu-1"}
+        assert plan.evictions == []
+        if "default/big" in plan.verdicts:  # tried (not backing off)
+            messages.append(plan.verdicts["default/big"].message)
+    assert len(messages) >= 3 and len(set(messages)) == 1, messages
+    assert says in messages[0] and "it was expected to fit there by now." in messages[0], messages[0]
+    plan = schedule_cycle(later(snap, 300, *drained(snap)), queue, CONFIG, POLICY, PreemptionState())
+    assert sorted(e.pod.name for e in plan.evictions) == ["borrower-a", "borrower-b"]
+
+
+def test_no_more_are_counted_gone_than_their_holder_may_evict_at_once():
+    """More pods on its nodes than maxVictimsPerCycle (the limit lowered
+    since they borrowed): it could never clear them in one eviction, so
+    they are not waited for."""
+    queue, snap, placed = two_borrowers(POLICY, PreemptionState())
+    assert len(placed) == 2
+    schedule_cycle(later(snap, 1), queue, CONFIG, replace(POLICY, max_victims_per_cycle=1))
+    assert queue.reservation is None
+
+
+def test_a_borrower_bound_but_not_yet_started_is_counted_as_lent():
+    """Until the kubelet reports its startTime, a pod's ``started`` is 0:
+    it came after the reservation all the same."""
+    queue, snap = reserved_scene()
+    borrower = inference("borrower")
+    (binding,) = schedule_cycle(later(snap, 0, borrower), queue, CONFIG, POLICY).bindings
+    bound = replace(borrower, node_name=binding.node_name)
+    assert bound.started == 0
+    schedule_cycle(later(snap, 1, bound), queue, CONFIG, POLICY)
+    assert queue.reservation.gang_key == "default/big" and queue.reservation.nodes == {"gpu-0", "gpu-1"}
+    assert queue.reservation.ready_at == READY
 
 
 def test_the_holders_verdict_names_its_reserved_nodes_and_when_it_expects_to_fit():

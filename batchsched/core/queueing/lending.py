@@ -4,17 +4,20 @@
 While nodes drain for the reservation's holder, their free room idles
 unless a gang backfills: it ends by itself before the holder is expected
 to fit.  A pod the holder may evict under the preemption policy delays it
-no longer than the eviction, however long it would run: so such a pod may
-use that room too, as long as the holder may evict it by the time it is
-expected to fit.  The holder's plan then counts it as gone once it may
-evict it, so the reservation stays where it is (rather than moving off a
-node the moment something borrows it).
+only by its eviction (and the pod's own grace period), however long it
+would run: so such a pod may use that room too, as long as the holder may
+evict it by the time it is expected to fit.  The holder's plan then counts
+it as gone once it may evict it, so the reservation stays where it is
+(rather than moving off a node the moment something borrows it).
 
 Only pods that are victims one by one borrow: single pods, or members of a
-PodGroup of minMember 1 (``victim_units`` evicts those alone).
+PodGroup of minMember 1 (``victim_units`` evicts those alone).  And only as
+many as the holder may evict at once, counting those lent room before:
+within its namespaces' eviction budgets and ``maxVictimsPerCycle``.
 """
 from __future__ import annotations
 
+from collections import Counter
 from typing import Collection, Mapping
 
 from batchsched.core.gangs import Gang
@@ -25,10 +28,12 @@ from batchsched.core.snapshot import Snapshot
 
 
 def may_borrow(snapshot: Snapshot, gangs: Mapping[str, Gang], gang: Gang, pods: Collection[PodInfo],
-               queue: GangQueue, policy: PreemptionPolicy, state: PreemptionState) -> bool:
+               queue: GangQueue, policy: PreemptionPolicy, state: PreemptionState,
+               lent: Mapping[str, float]) -> bool:
     """Whether ``pods`` of ``gang`` may use the free room on the nodes
     reserved against it: the holder may evict each of them once bound, by
-    the time it is expected to fit, and no eviction budget is spent."""
+    the time it is expected to fit, together with the pods ``lent`` that
+    room before (``lent_pods``, and those that borrowed since)."""
     reservation = queue.reservation
     holder = gangs.get(reservation.gang_key) if reservation is not None else None
     if holder is None or reservation.ready_at is None or not policy.enabled or not pods or not _one_by_one(gang):
@@ -39,8 +44,13 @@ def may_borrow(snapshot: Snapshot, gangs: Mapping[str, Gang], gang: Gang, pods: 
     if evictable_at > reservation.ready_at:
         return False
     group = None if gang.implicit else gang.spec
-    return all(policy.evictable_once_running(p, holder.priority, group, gang.priority)
-               and state.evictions_left(policy, p.namespace) >= 1 for p in pods)
+    if not all(policy.evictable_once_running(p, holder.priority, group, gang.priority) for p in pods):
+        return False
+    if len(lent) + len(pods) > policy.max_victims_per_cycle:
+        return False
+    namespaces = Counter(p.namespace for uid in lent if (p := snapshot.pods.get(uid)) is not None)
+    namespaces.update(p.namespace for p in pods)
+    return all(state.evictions_left(policy, ns) >= n for ns, n in namespaces.items())
 
 
 def lent_pods(snapshot: Snapshot, gangs: Mapping[str, Gang], holder: Gang, queue: GangQueue,
@@ -48,27 +58,33 @@ def lent_pods(snapshot: Snapshot, gangs: Mapping[str, Gang], holder: Gang, queue
     """The pods on the nodes reserved for ``holder`` that it may evict and
     that started there since it got them (the ones that borrowed, and any
     like them), each with the time from which it may evict them: its
-    plan counts them as gone then.  Empty unless ``holder`` holds the
-    reservation and may preempt."""
+    plan counts them as gone then.  No more than it may evict at once
+    (``maxVictimsPerCycle``), soonest evictable first.  Those it may not
+    evict for now (the hour's eviction budget spent, a PodDisruptionBudget
+    refusing) still count: it keeps its nodes and evicts them once it may,
+    or its reservation runs out (``maxReservationSeconds``).  Empty unless
+    ``holder`` holds the reservation and may preempt."""
     reservation: Reservation | None = queue.reservation
     if reservation is None or reservation.gang_key != holder.key or not policy.enabled \
             or policy.may_preempt(holder.spec, holder.priority, holder.members):
         return {}
     from_ = _may_evict_from(holder, queue, policy, snapshot.now)
-    lent: dict[str, float] = {}
+    candidates: list[tuple[float, str]] = []
     cluster = snapshot.cluster
     for name in reservation.nodes:
         for pod in cluster.bound_pods(name):
+            # started is 0.0 until the kubelet reports a startTime: bound
+            # since, then, and evictable min_runtime_seconds after now.
             if pod.scheduler_name != snapshot.scheduler_name or not pod.holds_resources or pod.terminating \
-                    or (pod.started is not None and pod.started < reservation.since):
+                    or (pod.started and pod.started < reservation.since):
                 continue
             gang = gangs.get(pod.gang_key)
             if gang is None or not _one_by_one(gang) or not policy.evictable_once_running(
                     pod, holder.priority, None if gang.implicit else gang.spec, gang.priority):
                 continue
-            started = pod.started if pod.started is not None else snapshot.now
-            lent[pod.uid] = max(started + policy.min_runtime_seconds, from_)
-    return lent
+            started = pod.started or snapshot.now
+            candidates.append((max(started + policy.min_runtime_seconds, from_), pod.uid))
+    return {uid: evictable for evictable, uid in sorted(candidates)[:policy.max_victims_per_cycle]}
 
 
 def _one_by_one(gang: Gang) -> bool:
