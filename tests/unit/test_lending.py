@@ -7,7 +7,7 @@ import pytest
 from batchsched.core.cycle import schedule_cycle
 from batchsched.core.preemption.policy import PreemptionPolicy, PreemptionState
 from tests.unit.helpers import T0, gang_pods, group, pod
-from tests.unit.test_backfill import CONFIG, later, reserved_scene
+from tests.unit.test_backfill import CONFIG, JOB, later, reserved_scene
 
 INFERENCE = {"workload": "inference"}
 # big (priority 0) may evict inference pods that have run 100 s.
@@ -194,6 +194,50 @@ def test_a_borrower_bound_but_not_yet_started_is_counted_as_lent():
     schedule_cycle(later(snap, 1, bound), queue, CONFIG, POLICY)
     assert queue.reservation.gang_key == "default/big" and queue.reservation.nodes == {"gpu-0", "gpu-1"}
     assert queue.reservation.ready_at == READY
+
+
+def backfill(name):
+    """A Job pod its holder may also evict (a victim by label and priority)
+    that ends by itself by t=200: it backfills."""
+    return replace(pod(name, gpu=4, created=61, priority=-5, deadline=139, **JOB), labels=dict(INFERENCE))
+
+
+@pytest.mark.parametrize("first_by", ["name", "start"])
+def test_pods_that_end_by_themselves_take_no_place_among_those_lent(first_by):
+    """maxVictimsPerCycle=1: the borrower takes the one place, a Job pod
+    backfills the other reserved node. The Job pod is waited out to its
+    end; counted among those lent (soonest evictable first: by its uid, or
+    having started before the borrower), it would push the borrower out,
+    and big would lose its nodes."""
+    policy = replace(POLICY, max_victims_per_cycle=1)
+    queue, snap = reserved_scene()
+    name = "a-fill" if first_by == "name" else "z-fill"
+    pods = inference("borrower"), backfill(name)
+    placed = {b.pod_name: b.node_name for b in schedule_cycle(later(snap, 0, *pods), queue, CONFIG, policy).bindings}
+    assert set(placed) == {"borrower", name} and set(placed.values()) == {"gpu-0", "gpu-1"}, placed
+    started = snap.now + (10 if first_by == "start" else 0)
+    borrower = replace(pods[0], node_name=placed["borrower"], phase="Running", started=started)
+    job = replace(pods[1], node_name=placed[name], phase="Running", started=snap.now)
+    schedule_cycle(later(snap, 11, borrower, job), queue, CONFIG, policy)
+    assert queue.reservation.gang_key == "default/big" and queue.reservation.nodes == {"gpu-0", "gpu-1"}
+
+
+def test_a_borrower_that_never_starts_leaves_its_holders_plan_still():
+    """Its startTime never reported (a kubelet down): it is counted from its
+    creation, not from each cycle's now, so the holder's expected time and
+    verdict do not move on every attempt."""
+    queue, snap = reserved_scene()
+    borrower = inference("borrower")
+    (binding,) = schedule_cycle(later(snap, 0, borrower), queue, CONFIG, POLICY).bindings
+    bound = replace(borrower, node_name=binding.node_name)
+    late, messages = [], set()
+    for t in range(170, 260, 5):  # evictable from t=161 by its creation; not by now + 100
+        plan = schedule_cycle(later(snap, t, bound, *drained(snap)), queue, CONFIG, POLICY)
+        late.append(queue.reservation.ready_at - snap.now - t)
+        if "default/big" in plan.verdicts:
+            messages.add(plan.verdicts["default/big"].message)
+    assert set(late) == {0} and len(messages) == 1, (late, messages)
+    assert "it was expected to fit there by now" in messages.pop()
 
 
 def test_the_holders_verdict_names_its_reserved_nodes_and_when_it_expects_to_fit():

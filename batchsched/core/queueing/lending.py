@@ -24,6 +24,7 @@ from batchsched.core.gangs import Gang
 from batchsched.core.model import PodInfo
 from batchsched.core.preemption.policy import PreemptionPolicy, PreemptionState
 from batchsched.core.queueing.queue import GangQueue, Reservation
+from batchsched.core.queueing.runtime import expected_end
 from batchsched.core.snapshot import Snapshot
 
 
@@ -57,9 +58,10 @@ def lent_pods(snapshot: Snapshot, gangs: Mapping[str, Gang], holder: Gang, queue
               policy: PreemptionPolicy) -> dict[str, float]:
     """The pods on the nodes reserved for ``holder`` that it may evict and
     that started there since it got them (the ones that borrowed, and any
-    like them), each with the time from which it may evict them: its
-    plan counts them as gone then.  No more than it may evict at once
-    (``maxVictimsPerCycle``), soonest evictable first.  Those it may not
+    like them, but those that end by themselves within a bound), each with
+    the time from which it may evict them: its plan counts them as gone
+    then.  No more than it may evict at once (``maxVictimsPerCycle``),
+    soonest evictable first.  Those it may not
     evict for now (the hour's eviction budget spent, a PodDisruptionBudget
     refusing) still count: it keeps its nodes and evicts them once it may,
     or its reservation runs out (``maxReservationSeconds``).  Empty unless
@@ -73,16 +75,19 @@ def lent_pods(snapshot: Snapshot, gangs: Mapping[str, Gang], holder: Gang, queue
     cluster = snapshot.cluster
     for name in reservation.nodes:
         for pod in cluster.bound_pods(name):
-            # started is 0.0 until the kubelet reports a startTime: bound
-            # since, then, and evictable min_runtime_seconds after now.
             if pod.scheduler_name != snapshot.scheduler_name or not pod.holds_resources or pod.terminating \
                     or (pod.started and pod.started < reservation.since):
                 continue
+            if pod.runs_to_completion and expected_end(pod, snapshot.groups, snapshot.now) is not None:
+                continue  # waited out to its end (cycle.Drain): it needs no eviction, nor a place among them
             gang = gangs.get(pod.gang_key)
             if gang is None or not _one_by_one(gang) or not policy.evictable_once_running(
                     pod, holder.priority, None if gang.implicit else gang.spec, gang.priority):
                 continue
-            started = pod.started or snapshot.now
+            # started is 0.0 until the kubelet reports a startTime: counted
+            # from when it could have started at the earliest, a time that
+            # does not move on with every cycle while it has not.
+            started = pod.started or max(pod.created, reservation.since)
             candidates.append((max(started + policy.min_runtime_seconds, from_), pod.uid))
     return {uid: evictable for evictable, uid in sorted(candidates)[:policy.max_victims_per_cycle]}
 
