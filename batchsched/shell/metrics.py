@@ -129,6 +129,15 @@ class Metrics:
         self.pod_condition_writes = Counter(
             "batchsched_pod_condition_writes", "PodScheduled=False conditions written on pending pods (only "
             "changed ones, at most one per pod per statusMinIntervalSeconds).", registry=r)
+        self.reserved_nodes = Gauge(
+            "batchsched_reserved_nodes", "Nodes reserved for a long-waiting gang while they drain (0: none).",
+            registry=r)
+        self.reservation_idle_gpus = Gauge(
+            "batchsched_reservation_idle_gpus", "GPUs free on the reserved nodes while a pod of another gang "
+            "that could use them waits (the reservation's cost).", registry=r)
+        self.reservation_idle_gpu_seconds = Counter(
+            "batchsched_reservation_idle_gpu_seconds", "batchsched_reservation_idle_gpus over time, in "
+            "GPU-seconds.", registry=r)
         self.leader = Gauge(
             "batchsched_leader", "1 while this replica holds the leader lease and acts, else 0.", registry=r)
         self.leader.set_function(lambda: 1)  # no election: the only replica acts

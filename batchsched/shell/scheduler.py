@@ -25,7 +25,8 @@ from batchsched.core.gangs import (
 )
 from batchsched.core.gpu_pools import GpuPoolTally
 from batchsched.core.model import PodInfo, parse_time
-from batchsched.core.queueing.queue import GangQueue
+from batchsched.core.queueing.idle import idle_on
+from batchsched.core.queueing.queue import GangQueue, Reservation
 from batchsched.core.queues.report import QueueSummary, summarize
 from batchsched.core.snapshot import Snapshot
 from batchsched.core.status import conditions_for, count_members, phase_of
@@ -88,6 +89,7 @@ class Scheduler:
         self.preemption_policy = config.preemption.policy()
         self.evictor = Evictor(kube, self.cache, self.events, config.preemption)
         self._nominations_checked = 0.0
+        self._reserved_idle = (0, 0.0)  # GPUs the reservation idled as of the last cycle, and its time
         self.verdicts: dict[str, Verdict] = {}
         self.start_times: dict[str, str] = {}  # gang key -> scheduleStartTime
         self.ready = asyncio.Event()
@@ -255,6 +257,7 @@ class Scheduler:
             self._claims_swept = time.monotonic()
             self._sweep_leftover_claims()
         self._count_attempts(plan)
+        self._count_reserved_idle(snapshot, plan.reservation)
         self._report(plan, touched)
         if time.monotonic() - self._queues_summarized > QUEUE_SUMMARY_SECONDS:
             self._queues_summarized = time.monotonic()
@@ -288,6 +291,17 @@ class Scheduler:
         return {key: snapshot.now - self.queue.waited(key, snapshot.now) for key in keys
                 if bound.get(key, 0) < (jobsets.started(snapshot.groups[key], self.cache.members(key)).min_member
                                         if key in snapshot.groups else 1)}
+
+    def _count_reserved_idle(self, snapshot: Snapshot, reservation: Reservation | None) -> None:
+        """The reservation's cost (core.queueing.idle), as of this cycle's
+        snapshot, into the metrics: the GPUs idled since the last cycle were
+        those it idled then."""
+        idle, since = self._reserved_idle
+        self.metrics.reservation_idle_gpu_seconds.inc(idle * max(0.0, snapshot.now - since))
+        idle = idle_on(snapshot.cluster, reservation)
+        self._reserved_idle = (idle, snapshot.now)
+        self.metrics.reservation_idle_gpus.set(idle)
+        self.metrics.reserved_nodes.set(len(reservation.nodes) if reservation is not None else 0)
 
     def _count_attempts(self, plan: CyclePlan) -> None:
         for verdict in plan.verdicts.values():

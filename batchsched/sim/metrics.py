@@ -57,6 +57,7 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 
 from batchsched.api import constants
 from batchsched.core.model import NodeInfo, PodInfo
+from batchsched.core.queueing.idle import idle_reserved_gpus
 from batchsched.core.queueing.queue import Reservation
 from batchsched.core.queues.model import QueueInfo
 from batchsched.core.queues.share import fair_shares
@@ -298,13 +299,12 @@ class Recorder:
         held = self._reservation
         if held is None:
             return
-        free = [self.cluster.free[name].get(constants.GPU_RESOURCE, 0) for name in held.nodes
-                if name in self.cluster.free]
-        largest = max(free, default=0)
         pods = self.cluster.pods
-        if largest and any(0 < pods[uid].requests.get(constants.GPU_RESOURCE, 0) <= largest
-                           and pods[uid].gang_key != held.gang_key for uid in self.cluster.pending):
-            self._reserved_idle = sum(free)
+        self._reserved_idle = idle_reserved_gpus(
+            (self.cluster.free[name].get(constants.GPU_RESOURCE, 0) for name in held.nodes
+             if name in self.cluster.free),
+            (pods[uid].requests.get(constants.GPU_RESOURCE, 0) for uid in self.cluster.pending
+             if pods[uid].gang_key != held.gang_key))
 
     def bound(self, pod: PodInfo, node: NodeInfo) -> None:
         gpus = pod.requests.get(constants.GPU_RESOURCE, 0)

@@ -14,6 +14,7 @@ from batchsched.core.topology.parse import parse_topo
 from tests.integration.test_gang_scheduling import condition, make_gang, members_bound
 from tests.unit.topology_support import FIXTURES
 from tests.support.kube import wait_for
+from tests.support.metrics import sample
 from tests.support.objects import pod, priority_class
 
 pytestmark = pytest.mark.e2e
@@ -330,8 +331,10 @@ def test_reserved_room_lent_to_a_victim_is_taken_back_once_the_holder_can_use_it
     """queue.lendReservedToVictims: two nodes drain for a high-priority gang
     (a Job-like pod of ours on each, ending within its deadline). An
     inference pod that fits nowhere else borrows their room, and its
-    PodGroup's Scheduled event says so. Once the drained pods are gone the
-    gang evicts it and binds there."""
+    PodGroup's Scheduled event says so; the reservation outlives the borrow,
+    as the reservation metrics show (a pod that may neither borrow nor
+    backfill waits for that room meanwhile). Once the drained pods are gone
+    the gang evicts it and binds there."""
     pc = Classes(env)
     nodes = [env.add_node(f"gpu{i}", gpus=8) for i in range(2)]
     draining = []
@@ -344,11 +347,19 @@ def test_reserved_room_lent_to_a_victim_is_taken_back_once_the_holder_can_use_it
     make_gang(env, "big", 2, group_spec={"priorityClassName": pc.high}, gpus=8, cpu="1", priority_class=pc.high)
     config = preemption_config()
     config["queue"]["reservationAfterSeconds"] = 1
-    start_scheduler(**config)
+    proc = start_scheduler(**config)
+
+    def reservation() -> tuple[float | None, float | None]:  # (nodes reserved, GPUs it idles)
+        text = proc.get("/metrics")[1]
+        return sample(text, "batchsched_reserved_nodes"), sample(text, "batchsched_reservation_idle_gpus")
+
     wait_verdict(env, "big", "It holds a reservation of 2 node(s) while they drain")
+    env.create(pod("waits", env.namespace, gpus=4, cpu="1", priority_class=pc.low))  # no victim, no bound
+    wait_for("2 nodes reserved, their 8 free GPUs idled", lambda: reservation() == (2, 8))
     make_gang(env, "serve", 1, gpus=4, cpu="1", priority_class=pc.low, labels=INFERENCE)
     wait_for("serve bound", lambda: len(members_bound(env, "serve-")) == 1, timeout=30)
     assert env.bound()["serve-0"] in nodes
+    wait_for("still 2 nodes reserved, 4 GPUs idled", lambda: reservation() == (2, 4))
     wait_for("serve's Scheduled event saying it borrowed", lambda: any(
         "borrowed room on nodes reserved for gang" in e["message"]
         for e in env.kube.get(f"/api/v1/namespaces/{env.namespace}/events")["items"]
@@ -360,3 +371,6 @@ def test_reserved_room_lent_to_a_victim_is_taken_back_once_the_holder_can_use_it
     assert alive(env, ["serve-0"]) == []
     wait_for("serve-0's Preempted event naming the holder",  # events yield to bindings: may come after
              lambda: any("big" in message for message in events_about(env, "serve-0", "Preempted")))
+    assert "waits" not in env.bound()
+    wait_for("no reservation left", lambda: reservation() == (0, 0))
+    assert sample(proc.get("/metrics")[1], "batchsched_reservation_idle_gpu_seconds_total") > 0

@@ -196,6 +196,18 @@ def test_a_borrower_bound_but_not_yet_started_is_counted_as_lent():
     assert queue.reservation.ready_at == READY
 
 
+def test_a_borrower_that_started_in_the_second_the_reservation_began_is_counted_as_lent():
+    """big gets its reservation at t=61.4 and the borrower starts then: its
+    startTime, in whole seconds, reads t=61. It still came after."""
+    queue, snap = reserved_scene()
+    borrower = inference("borrower")
+    (binding,) = schedule_cycle(later(snap, 0.4, borrower), queue, CONFIG, POLICY).bindings
+    assert queue.reservation.since == snap.now + 0.4
+    running = replace(borrower, node_name=binding.node_name, phase="Running", started=snap.now)
+    schedule_cycle(later(snap, 1, running), queue, CONFIG, POLICY)
+    assert queue.reservation.gang_key == "default/big" and queue.reservation.nodes == {"gpu-0", "gpu-1"}
+
+
 def backfill(name):
     """A Job pod its holder may also evict (a victim by label and priority)
     that ends by itself by t=200: it backfills."""
