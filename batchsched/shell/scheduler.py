@@ -28,6 +28,7 @@ from batchsched.core.model import PodInfo, parse_time
 from batchsched.core.queueing.idle import idle_on
 from batchsched.core.queueing.queue import GangQueue, Reservation
 from batchsched.core.queues.report import QueueSummary, summarize
+from batchsched.core.cluster import ClusterState
 from batchsched.core.snapshot import Snapshot
 from batchsched.core.status import conditions_for, count_members, phase_of
 from batchsched.core.topology.accounting import topology_of
@@ -89,7 +90,8 @@ class Scheduler:
         self.preemption_policy = config.preemption.policy()
         self.evictor = Evictor(kube, self.cache, self.events, config.preemption)
         self._nominations_checked = 0.0
-        self._reserved_idle = (0, 0.0)  # GPUs the reservation idled as of the last cycle, and its time
+        # GPUs the reservation idled as of the last cycle, and its (monotonic) time
+        self._reserved_idle: tuple[int, float | None] = (0, None)
         self.verdicts: dict[str, Verdict] = {}
         self.start_times: dict[str, str] = {}  # gang key -> scheduleStartTime
         self.ready = asyncio.Event()
@@ -257,7 +259,7 @@ class Scheduler:
             self._claims_swept = time.monotonic()
             self._sweep_leftover_claims()
         self._count_attempts(plan)
-        self._count_reserved_idle(snapshot, plan.reservation)
+        self._count_reserved_idle(snapshot.cluster, plan.reservation, time.monotonic())
         self._report(plan, touched)
         if time.monotonic() - self._queues_summarized > QUEUE_SUMMARY_SECONDS:
             self._queues_summarized = time.monotonic()
@@ -292,14 +294,16 @@ class Scheduler:
                 if bound.get(key, 0) < (jobsets.started(snapshot.groups[key], self.cache.members(key)).min_member
                                         if key in snapshot.groups else 1)}
 
-    def _count_reserved_idle(self, snapshot: Snapshot, reservation: Reservation | None) -> None:
-        """The reservation's cost (core.queueing.idle), as of this cycle's
-        snapshot, into the metrics: the GPUs idled since the last cycle were
-        those it idled then."""
+    def _count_reserved_idle(self, cluster: ClusterState, reservation: Reservation | None, at: float) -> None:
+        """The reservation's cost (core.queueing.idle), as of this cycle,
+        into the metrics: the GPUs idled since the last cycle were those it
+        idled then.  ``at``: a monotonic time (a step of the wall clock is
+        no time spent)."""
         idle, since = self._reserved_idle
-        self.metrics.reservation_idle_gpu_seconds.inc(idle * max(0.0, snapshot.now - since))
-        idle = idle_on(snapshot.cluster, reservation)
-        self._reserved_idle = (idle, snapshot.now)
+        if since is not None:
+            self.metrics.reservation_idle_gpu_seconds.inc(idle * max(0.0, at - since))
+        idle = idle_on(cluster, reservation)
+        self._reserved_idle = (idle, at)
         self.metrics.reservation_idle_gpus.set(idle)
         self.metrics.reserved_nodes.set(len(reservation.nodes) if reservation is not None else 0)
 

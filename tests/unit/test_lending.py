@@ -99,12 +99,13 @@ def test_the_reservation_stays_where_it_lent_room_and_its_holder_evicts_the_borr
     assert {n.node_name for n in plan.nominations} == {"gpu-0", "gpu-1"}
 
 
-def test_a_borrower_that_started_before_the_reservation_is_not_counted_as_gone():
+@pytest.mark.parametrize("before", [100, 0.5])  # a simulated start is exact, not in whole seconds
+def test_a_borrower_that_started_before_the_reservation_is_not_counted_as_gone(before):
     """Pods that were there before the nodes were reserved are planned
     around, as before lending: only those that came since are the
     holder's to evict when it is ready."""
     queue, snap, borrower = borrowed_scene()
-    earlier = replace(borrower, started=snap.now - 100)
+    earlier = replace(borrower, started=snap.now - before)
     schedule_cycle(later(snap, 1, earlier), queue, CONFIG, POLICY)
     assert queue.reservation is None  # nothing left to wait for: gpu-2 and gpu-0 hold inference for good
 

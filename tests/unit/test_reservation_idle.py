@@ -52,3 +52,25 @@ def test_idle_reserved_gpus_reads_the_asks_only_while_there_is_room():
     assert idle_reserved_gpus([0, 0], asks()) == 0
     assert idle_reserved_gpus([], asks()) == 0
     assert idle_reserved_gpus([1, 3], iter([4, 3])) == 4
+
+
+def test_the_scheduler_adds_up_what_each_cycle_idled_over_monotonic_time():
+    from batchsched.config import SchedulerConfig
+    from batchsched.shell.scheduler import Scheduler
+    from tests.support.metrics import sample
+    scheduler = Scheduler(kube=None, config=SchedulerConfig())  # type: ignore[arg-type]  # nothing is sent
+
+    def metrics():
+        text = scheduler.metrics.exposition().decode()
+        return tuple(sample(text, name) for name in ("batchsched_reserved_nodes", "batchsched_reservation_idle_gpus",
+                                                     "batchsched_reservation_idle_gpu_seconds_total"))
+
+    waiting = cluster(pod("small", gpu=4))
+    scheduler._count_reserved_idle(waiting, HELD, at=100.0)
+    assert metrics() == (2, 8, 0)  # nothing counted before the first cycle
+    scheduler._count_reserved_idle(waiting, HELD, at=102.5)
+    assert metrics() == (2, 8, 20)
+    scheduler._count_reserved_idle(cluster(), HELD, at=103.0)  # the other gang's pod is gone
+    assert metrics() == (2, 0, 24)
+    scheduler._count_reserved_idle(waiting, None, at=110.0)
+    assert metrics() == (0, 0, 24)

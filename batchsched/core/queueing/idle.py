@@ -30,9 +30,10 @@ def idle_on(cluster: ClusterState, reservation: Reservation | None) -> int:
     GPUs, and what our pending pods of other gangs than the holder ask."""
     if reservation is None:
         return 0
+    free = [cluster.free(name).get(GPU_RESOURCE, 0) for name in reservation.nodes if name in cluster.nodes]
+    if not any(free):
+        return 0
     holders = Counter(pod.requests.get(GPU_RESOURCE, 0) for uid in cluster.gang_uids(reservation.gang_key)
                       if (pod := cluster.pods[uid]).scheduler_name == cluster.scheduler_name
                       and pod.awaits_placement)
-    return idle_reserved_gpus(
-        (cluster.free(name).get(GPU_RESOURCE, 0) for name in reservation.nodes if name in cluster.nodes),
-        (gpus for gpus, pods in cluster.pending_gpu_asks.items() if pods > holders[gpus]))
+    return idle_reserved_gpus(free, (gpus for gpus, pods in cluster.pending_gpu_asks.items() if pods > holders[gpus]))

@@ -17,6 +17,7 @@ within its namespaces' eviction budgets and ``maxVictimsPerCycle``.
 """
 from __future__ import annotations
 
+import math
 from collections import Counter
 from typing import Collection, Mapping
 
@@ -76,9 +77,10 @@ def lent_pods(snapshot: Snapshot, gangs: Mapping[str, Gang], holder: Gang, queue
     for name in reservation.nodes:
         for pod in cluster.bound_pods(name):
             # A startTime has whole seconds: one that started in the second
-            # the reservation began reads as started up to 1 s before it.
+            # the reservation began reads as started before it.  So both are
+            # compared in whole seconds.
             if pod.scheduler_name != snapshot.scheduler_name or not pod.holds_resources or pod.terminating \
-                    or (pod.started and pod.started + 1 <= reservation.since):
+                    or (pod.started and pod.started < math.floor(reservation.since)):
                 continue
             if pod.runs_to_completion and expected_end(pod, snapshot.groups, snapshot.now) is not None:
                 continue  # waited out to its end (cycle.Drain): it needs no eviction, nor a place among them
