@@ -13,6 +13,7 @@ from urllib.parse import quote
 from batchsched.api import constants
 from batchsched.api.podgroup import Condition, PodGroupStatus
 from batchsched.config import SchedulerConfig
+from batchsched.core.cluster import ClusterState
 from batchsched.core.cycle import (
     REASON_EXCEEDS_CAPACITY, REASON_QUORUM_NOT_REACHED, REASON_SCHEDULE_TIMEOUT, REASON_UNSCHEDULABLE, CyclePlan,
     Verdict, schedule_cycle,
@@ -28,7 +29,6 @@ from batchsched.core.model import PodInfo, parse_time
 from batchsched.core.queueing.idle import idle_on
 from batchsched.core.queueing.queue import GangQueue, Reservation
 from batchsched.core.queues.report import QueueSummary, summarize
-from batchsched.core.cluster import ClusterState
 from batchsched.core.snapshot import Snapshot
 from batchsched.core.status import conditions_for, count_members, phase_of
 from batchsched.core.topology.accounting import topology_of

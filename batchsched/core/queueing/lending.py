@@ -62,11 +62,11 @@ def lent_pods(snapshot: Snapshot, gangs: Mapping[str, Gang], holder: Gang, queue
     like them, but those that end by themselves within a bound), each with
     the time from which it may evict them: its plan counts them as gone
     then.  No more than it may evict at once (``maxVictimsPerCycle``),
-    soonest evictable first.  Those it may not
-    evict for now (the hour's eviction budget spent, a PodDisruptionBudget
-    refusing) still count: it keeps its nodes and evicts them once it may,
-    or its reservation runs out (``maxReservationSeconds``).  Empty unless
-    ``holder`` holds the reservation and may preempt."""
+    soonest evictable first.  Those it may not evict for now (the hour's
+    eviction budget spent, a PodDisruptionBudget refusing) still count: it
+    keeps its nodes and evicts them once it may, or its reservation runs
+    out (``maxReservationSeconds``).  Empty unless ``holder`` holds the
+    reservation and may preempt."""
     reservation: Reservation | None = queue.reservation
     if reservation is None or reservation.gang_key != holder.key or not policy.enabled \
             or policy.may_preempt(holder.spec, holder.priority, holder.members):
