@@ -5,6 +5,7 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -15,6 +16,10 @@ async def _run(args: argparse.Namespace) -> int:
     # Before the imports below: at Python's thresholds, collections walked
     # what they build ~130 times, ~60 ms of a start (bench/RESULTS.md).
     collect_rarely()
+    # Pydantic looks for plugins in every installed distribution's entry
+    # points when it builds its first model, tens of ms of a start; the
+    # scheduler uses none.  An operator's own setting is kept.
+    os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     from batchsched.config import load_config
     from batchsched.shell.logs import setup_logging
     from batchsched.shell.replica import run_replica

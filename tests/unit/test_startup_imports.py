@@ -102,3 +102,20 @@ def test_the_run_command_s_imports_set_off_almost_no_collections():
         capture_output=True, text=True).stdout.split()
     assert out[:2] == ["1", "True"]  # the config was missing, after everything the start needs was imported
     assert int(out[2]) <= 20 and out[3] == "0"  # (the argument parser's own, on a small heap: ~13)
+
+
+def test_the_run_command_looks_up_no_pydantic_plugins_unless_the_operator_asks():
+    """Pydantic reads every installed distribution's entry points for its
+    plugins when it builds its first model; ``run`` uses none and skips
+    that, unless PYDANTIC_DISABLE_PLUGINS is set by whoever starts it."""
+    script = ("import importlib.metadata as md, os, sys; looked = []; real = md.entry_points; "
+              "md.entry_points = lambda **kw: looked.append(kw.get('group')) or real(**kw); "
+              "from batchsched.cli import main; "
+              "code = main(['run', '--config', '/nonexistent/config.yaml']); "
+              "print(code, 'batchsched.shell.scheduler' in sys.modules, 'pydantic' in looked)")
+    env = {k: v for k, v in os.environ.items() if k != "PYDANTIC_DISABLE_PLUGINS"}
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env).stdout.split()
+    assert out == ["1", "True", "False"]  # the config was missing, after the start's imports
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         env={**env, "PYDANTIC_DISABLE_PLUGINS": "some-plugin"}).stdout.split()
+    assert out == ["1", "True", "True"]  # one named: the others are still looked up
