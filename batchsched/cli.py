@@ -101,6 +101,7 @@ def _node_agent(args: argparse.Namespace) -> int:
 
 
 def _simulate(args: argparse.Namespace) -> int:
+    from batchsched.sim.ceiling import allocation_ceiling
     from batchsched.sim.progress import TerminalProgress
     from batchsched.sim.report import PlotUnavailable, require_matplotlib, summary, write_plots
     from batchsched.sim.scenario import build_scenario, run_scenario
@@ -117,6 +118,10 @@ def _simulate(args: argparse.Namespace) -> int:
     results = run_scenario(scenario, [p.strip() for p in args.policies.split(",") if p.strip()], args.seed,
                            plot=bool(args.plot), progress=TerminalProgress.if_terminal(sys.stderr))
     print(summary(results))
+    if results:
+        ceiling = allocation_ceiling(scenario.jobs, results[0].gpus)
+        print(f"No policy could hold more than {100 * ceiling:.1f}% of the GPUs over the arrival window "
+              "on this workload (the allocation ceiling).")
     print("batchsched runs the real decision core; the baselines are batchsched/sim/baselines.py. "
           "Every figure is defined in docs/simulator.md.")
     if args.plot:

@@ -27,6 +27,7 @@ def test_simulate_without_arguments_runs_the_embedded_default(tmp_path):
     for row in ("jobs placed", "wait p50 / p90 / p99", "GPU allocation", "stranded GPUs",
                 "aligned multi-GPU pods", "preempted pods", "unscheduled pods"):
         assert row in out
+    assert "No policy could hold more than 80.1% of the GPUs" in out  # seed 1 (bench/RESULTS.md)
     preempted = next(line for line in out.splitlines() if line.startswith("preempted pods"))
     assert preempted.split()[3] != "0"  # preemption is on for batchsched in the default scenario
 
@@ -39,6 +40,8 @@ def test_files_policies_and_plots(tmp_path, capsys):
     out = capsys.readouterr().out
     assert code == 0
     assert "2 nodes, 16 GPUs: 2 dgx-h100" in out and "4 jobs" in out
+    # job a alone could hold all 16 GPUs from the first arrival (t=0) to the last (t=90)
+    assert "No policy could hold more than 100.0% of the GPUs over the arrival window" in out
     assert sorted(p.name for p in (tmp_path / "charts").iterdir()) == [
         "occupancy-batchsched.png", "occupancy-binpack.png", "utilization.png", "waits.png"]
 
