@@ -4,9 +4,11 @@ the tests run in), so the image runs what was tested.
 
     .venv/bin/python tools/lock_requirements.py > requirements.lock
 
-Run it after changing ``[project] dependencies`` in pyproject.toml or
-upgrading a package in .venv; tests/integration/test_deploy.py fails while
-the lock and the environment disagree.  Environment markers are evaluated
+``make install`` installs these versions (the lock as pip's constraints),
+so moving a dependency on is deliberate: upgrade it in .venv (``pip install
+--upgrade NAME``) or change ``[project] dependencies`` in pyproject.toml,
+then run this; tests/integration/test_deploy.py fails while the lock and the
+environment disagree.  Environment markers are evaluated
 for this interpreter (CPython 3.11 on Linux, as in the image).
 """
 from __future__ import annotations
