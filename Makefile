@@ -11,12 +11,12 @@ PY := $(VENV)/bin/python
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
-# install: the runtime dependencies at requirements.lock's versions, the
-# image's: a release upstream changes neither what the tests run on nor
-# whether they pass.
+# install: the runtime dependencies at requirements.lock's versions (the
+# image's), the test tools at requirements-test.lock's: a release upstream
+# changes neither what the tests run on nor whether they pass.
 install: $(PY)
 	$(PY) -m pip install --quiet --upgrade pip
-	PYTHONWARNINGS=ignore $(PY) -m pip install --quiet --constraint requirements.lock -e '.[test]'  # (setuptools warns of editable installs)
+	PYTHONWARNINGS=ignore $(PY) -m pip install --quiet --constraint requirements.lock --constraint requirements-test.lock -e '.[test]'  # (setuptools warns of editable installs)
 	$(PY) -m compileall -q batchsched  # bytecode, as a wheel's install writes: starts need not compile from source
 
 binaries:

@@ -34,7 +34,7 @@ pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 sys.path.insert(0, str(ROOT / "tools"))
-from lock_requirements import lock_text  # noqa: E402
+from lock_requirements import lock_text, tools_lock_text  # noqa: E402
 NAMESPACE, SERVICE_ACCOUNT = "batchsched-system", "batchsched"
 SA_USER = f"system:serviceaccount:{NAMESPACE}:{SERVICE_ACCOUNT}"
 RBAC_KINDS = {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
@@ -237,3 +237,16 @@ def test_the_lock_is_the_tested_environment_and_pins_every_runtime_dependency():
     pins = [line for line in lock.splitlines() if line and not line.startswith("#")]
     assert pins and all(re.fullmatch(r"[a-z0-9-]+==\S+", pin) for pin in pins)
     assert {"kubernetes", "aiohttp", "pydantic", "prometheus-client", "pyyaml"} <= {p.split("==")[0] for p in pins}
+
+
+def test_the_test_tools_are_locked_as_tested_and_apart_from_the_runtime_ones():
+    """make install pins the test extra's closure too (requirements-test.lock),
+    so a new release of a test tool upstream cannot change a CI run."""
+    lock = (ROOT / "requirements-test.lock").read_text()
+    assert lock == tools_lock_text(), \
+        "requirements-test.lock is stale: run tools/lock_requirements.py --test > requirements-test.lock"
+    pins = {line.split("==")[0] for line in lock.splitlines() if line and not line.startswith("#")}
+    runtime = {line.split("==")[0] for line in (ROOT / "requirements.lock").read_text().splitlines()
+               if line and not line.startswith("#")}
+    assert {"pytest", "hypothesis", "matplotlib"} <= pins and not pins & runtime
+    assert "--constraint requirements.lock --constraint requirements-test.lock" in (ROOT / "Makefile").read_text()
