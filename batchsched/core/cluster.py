@@ -38,7 +38,7 @@ from typing import Any, Collection, Hashable, Iterable, Iterator, Mapping
 from batchsched.api.constants import GPU_CLIQUE_LABEL, GPU_RESOURCE
 from batchsched.core import resources as res
 from batchsched.core.dra import claims
-from batchsched.core.dra.model import AllocatedDevice, DeviceClass, ResourceClaim, ResourceSlice
+from batchsched.core.dra.model import MAX_RESERVED_FOR, AllocatedDevice, DeviceClass, ResourceClaim, ResourceSlice
 from batchsched.core.dra.state import DraState
 from batchsched.core.model import NodeInfo, PodInfo, annotated_topology, with_dra
 from batchsched.core.resources import Resources
@@ -189,7 +189,7 @@ class ClusterState:
     def _joined(self, pod: PodInfo) -> PodInfo:
         if not pod.claims or not pod.awaits_placement:
             return pod
-        return claims.joined(pod, claims.join_demand(pod, self.dra.claim, self.dra.classes, self._shared_wait))
+        return claims.joined(pod, claims.join_demand(pod, self.dra.claim, self.dra.classes, self._shared_turn))
 
     def _rejoin(self, keys: Iterable[str] | None = None, but: str = "") -> None:
         """Join again the pods naming one of ``keys`` (None: every pod with claims)."""
@@ -201,22 +201,42 @@ class ClusterState:
                 if joined != self.pods.get(uid):
                     self._store_pod(joined)
 
-    def _shared_wait(self, key: str, uid: str) -> str:
-        """Why pod ``uid`` may not allocate the unallocated claim ``key`` now
-        ("" when it may): a pod sharing it is bound (the allocation made for
-        it is still to be seen), or came first and allocates it."""
-        mine = self._seq.get(uid, self._next_seq)
+    def _shared_turn(self, key: str, pod: PodInfo) -> tuple[str, str]:
+        """Of the unallocated claim ``key``, shared with other pods: why
+        ``pod`` may not allocate it now, and the pod it joins it with
+        instead ("" each: it allocates it).  A pod sharing it is bound (the
+        allocation made for it is still to be seen): it waits.  One came
+        first and allocates it: a member of the same gang of ours is placed
+        with it in the same plan, any other pod waits and then follows it."""
+        mine = self._seq.get(pod.uid, self._next_seq)
+        first, first_seq, mates_ahead = None, mine, 0
         for other in self._claim_pods.get(key, ()):
-            pod = self._claiming.get(other)
-            if other == uid or pod is None or pod.terminal:
+            sharer = self._claiming.get(other)
+            if other == pod.uid or sharer is None or sharer.terminal:
                 continue
-            if pod.node_name:
+            if sharer.node_name:
                 return (f"waiting for ResourceClaim {clip(key, 200)} to show the allocation made for pod "
-                        f"{pod.name}, which shares it")
-            if pod.awaits_placement and self._seq.get(other, self._next_seq) < mine:
-                return (f"ResourceClaim {clip(key, 200)} is shared with pod {pod.name}, which allocates it; this "
-                        "pod then joins it on that node")
-        return ""
+                        f"{sharer.name}, which shares it"), ""
+            seq = self._seq.get(other, self._next_seq)
+            if sharer.awaits_placement and seq < mine:
+                if self._planned_together(sharer, pod):
+                    mates_ahead += 1
+                if seq < first_seq:
+                    first, first_seq = sharer, seq
+        if first is None:
+            return "", ""
+        if not self._planned_together(first, pod):
+            return (f"ResourceClaim {clip(key, 200)} is shared with pod {first.name}, which allocates it; this "
+                    "pod then joins it on that node"), ""
+        if mates_ahead >= MAX_RESERVED_FOR:
+            return (f"ResourceClaim {clip(key, 200)} is shared by more than {MAX_RESERVED_FOR} pods of its gang, "
+                    "the most the API lets it be reserved for"), ""
+        return "", first.uid
+
+    def _planned_together(self, one: PodInfo, other: PodInfo) -> bool:
+        """Whether the two pods are members of one gang of ours (planned at once)."""
+        return (one.gang_key == other.gang_key and one.scheduler_name == self.scheduler_name
+                and other.scheduler_name == self.scheduler_name)
 
     # ---- DRA --------------------------------------------------------------------
 

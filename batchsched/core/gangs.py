@@ -274,8 +274,35 @@ def _not_found(key: str, pod: PodInfo) -> str:
             f"{source.membership(pod.group)}) not found")
 
 
-def _claims_wait(pod: PodInfo) -> str:
-    return pod.device_demand.problem if pod.device_demand is not None else ""
+def _claims_waits(unbound: list[PodInfo]) -> dict[str, str]:
+    """Unbound, ungated members whose claims cannot be allocated now: uid ->
+    why.  A member joining a claim that a gang mate allocates in the same
+    plan (``DeviceDemand.follows``) waits while that mate waits or is not
+    pending: the two go on one node or neither does."""
+    live = {p.uid: p for p in unbound}
+    waits = {p.uid: p.device_demand.problem for p in unbound
+             if not p.gated and p.device_demand is not None and p.device_demand.problem}
+    following = [p for p in unbound if not p.gated and p.uid not in waits
+                 and p.device_demand is not None and p.device_demand.follows]
+    changed = True
+    while changed:  # the mate it follows may itself follow one that waits
+        changed = False
+        for pod in following:
+            if pod.uid in waits:
+                continue
+            for key, allocator in pod.device_demand.follows:
+                mate = live.get(allocator)
+                if mate is None or mate.gated:
+                    why = "is not pending"
+                elif allocator in waits:
+                    why = f"waits ({clip(waits[allocator], 300)})"
+                else:
+                    continue
+                waits[pod.uid] = (f"ResourceClaim {clip(key, 200)} is shared with gang mate "
+                                  f"{mate.name if mate else allocator}, which allocates it and {why}")
+                changed = True
+                break
+    return waits
 
 
 def _gang(key: str, members: list[PodInfo], snapshot: Snapshot, foreign: tuple[PodInfo, ...]) -> Gang:
@@ -300,15 +327,16 @@ def _gang(key: str, members: list[PodInfo], snapshot: Snapshot, foreign: tuple[P
         spec = GroupSpec(namespace=first.namespace, name=first.group or key.split("/", 1)[1], min_member=1,
                          created=first.created, source=first.group_source)
     unbound = [p for p in members if not p.node_name and not p.terminal and not p.terminating]
+    waits = _claims_waits(unbound)
     return Gang(
         key=key,
         spec=spec,
         priority=effective_priority(spec, members),
         members=tuple(members),
-        pending=tuple(p for p in unbound if not p.gated and not _claims_wait(p)),
+        pending=tuple(p for p in unbound if not p.gated and p.uid not in waits),
         bound_active=tuple(p for p in members if p.holds_resources and not p.terminating),
         gated=sum(1 for p in unbound if p.gated),
-        claims_waiting=tuple((p.name, _claims_wait(p)) for p in unbound if not p.gated and _claims_wait(p)),
+        claims_waiting=tuple((p.name, waits[p.uid]) for p in unbound if p.uid in waits),
         foreign=foreign,
         problem=problem,
         implicit=implicit,

@@ -372,14 +372,21 @@ class Scheduler:
 
         async def write_gang(key: str, members: list[BindRequest]) -> None:
             asking = [r for r in members if _has_claims(r)]
-            outcomes = await asyncio.gather(*(self._write_claim(r) for r in asking), return_exceptions=True)
-            errors = {r.uid: o for r, o in zip(asking, outcomes) if isinstance(o, BaseException)}
-            done = {r.uid: o for r, o in zip(asking, outcomes) if isinstance(o, PodClaims)}
+            waves = _claim_waves(asking)
+            errors: dict[str, BaseException] = {}
+            done: dict[str, PodClaims] = {}
+            for wave in waves:
+                outcomes = await asyncio.gather(*(self._write_claim(r) for r in wave), return_exceptions=True)
+                errors.update((r.uid, o) for r, o in zip(wave, outcomes) if isinstance(o, BaseException))
+                done.update((r.uid, o) for r, o in zip(wave, outcomes) if isinstance(o, PodClaims))
+                if errors:
+                    break
             if not errors:
                 written.update(done)
                 return
             failed.add(key)
-            await asyncio.gather(*(self._undo_claim(uid, claim) for uid, claim in done.items()))
+            for wave in reversed(waves):  # joiners leave a shared claim first: its allocation goes with the last
+                await asyncio.gather(*(self._undo_claim(r.uid, done[r.uid]) for r in wave if r.uid in done))
             first = next(r for r in asking if r.uid in errors)
             why = errors[first.uid]
             for r in members:
@@ -634,3 +641,21 @@ def _with_removals(status: dict, written: dict | None) -> dict:
 
 def _has_claims(r: BindRequest) -> bool:
     return r.claim is not None or bool(r.claims)
+
+
+def _claim_waves(asking: list[BindRequest]) -> list[list[BindRequest]]:
+    """A gang's pods in the waves their claims are written in: a pod joining
+    a claim that a gang mate allocates (core/dra/claims.py) comes after that
+    mate, as its reservation must see the allocation."""
+    allocating = {c.uid: r.uid for r in asking for c in r.claims if c.allocate}
+    waves: list[list[BindRequest]] = []
+    written: set[str] = set()
+    left = asking
+    while left:
+        wave = [r for r in left if all(allocating[c.uid] in written for c in r.claims
+                                       if not c.allocate and c.uid in allocating)]
+        wave = wave or left  # (a cycle, which no plan makes: a joiner then fails, finding no allocation)
+        waves.append(wave)
+        written.update(r.uid for r in wave)
+        left = [r for r in left if r.uid not in written]
+    return waves

@@ -2,12 +2,15 @@
 real resourceclaim controller (kube-controller-manager): claims made from
 ResourceClaimTemplates are allocated with the NVLink set batchsched chose
 (finalizer by a normal update, then one status update with allocation and
-reservedFor), a claim shared by two pods is allocated once and reserved for
-both, devices allocated by someone else are left alone, a claim asking all devices gets
-every GPU of a node where none is taken, and a form batchsched does not
-allocate is refused with a condition.  Every scenario checks that
+reservedFor), a claim shared by two pods (lone, or members of one gang)
+is allocated once and reserved for both, devices allocated by someone else
+are left alone, a claim asking all devices gets every GPU of a node where
+none is taken, and a form batchsched does not allocate is refused with a
+condition.  Every scenario checks that
 no device is in two claims."""
 from __future__ import annotations
+
+import json
 
 import pytest
 
@@ -99,6 +102,37 @@ def test_a_claim_shared_by_two_pods_is_allocated_once_and_reserved_for_both(env,
     claim = next(c for c in claims(env) if c["metadata"]["name"] == "shared")
     assert_allocated_for(claim, [first, second], node)
     assert len(indices_of(claim, topology)) == 4
+
+
+def claim_versions(env, name: str, since: str) -> list[dict]:
+    """Every version the claim took after resourceVersion ``since``: a watch
+    from there replays them, ending after two seconds."""
+    api = env.kube.api
+    params = api.param_serialize(method="GET", resource_path=f"{API}/namespaces/{env.namespace}/resourceclaims",
+                                 query_params=[("watch", "1"), ("resourceVersion", since), ("timeoutSeconds", "2"),
+                                               ("fieldSelector", f"metadata.name={name}")],
+                                 header_params={"Accept": "application/json"}, auth_settings=["BearerToken"])
+    lines = api.call_api(*params, _request_timeout=30).read().splitlines()
+    return [json.loads(line)["object"] for line in lines if line.strip()]
+
+
+def test_a_gang_whose_two_pods_share_one_claim_binds_both_on_its_node_allocated_once(
+        env, gpu_class, start_scheduler):
+    nodes = [dra_node(env, name, DGX1.read_text())[0] for name in ("dgx-a", "dgx-b")]
+    created = env.create(dra.claim("shared", 2))
+    env.create(pod_group("pair", env.namespace, 2))
+    sharers = [claiming_pod(env, f"pair-{i}", group="pair", claim="shared") for i in range(2)]
+    start_scheduler()
+    wait_for("the gang bound", lambda: len(env.bound()) == 2, timeout=60)
+
+    [node] = set(env.bound().values())
+    assert node in nodes
+    claim = claim_named(env, "shared")
+    assert_allocated_for(claim, sharers, node)  # reservedFor: both pods, by uid
+    assert len(claim["status"]["allocation"]["devices"]["results"]) == 2
+    versions = claim_versions(env, "shared", created["metadata"]["resourceVersion"])
+    allocations = [v["status"]["allocation"] for v in versions if (v.get("status") or {}).get("allocation")]
+    assert allocations and all(a == claim["status"]["allocation"] for a in allocations)  # written once, never redone
 
 
 def test_a_claim_batchsched_does_not_allocate_is_refused_with_a_condition_and_left_alone(

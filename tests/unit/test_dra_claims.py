@@ -3,18 +3,29 @@ pod's claims ask, or why it waits), the GPUs chosen among those the
 selectors select, matchAttribute, shared claims, and the allocation."""
 from __future__ import annotations
 
+import asyncio
+from dataclasses import replace
+
 from hypothesis import given
 from hypothesis import strategies as st
 
+from batchsched.api import constants
+from batchsched.api.constants import GPU_RESOURCE
 from batchsched.core.cycle import schedule_cycle
+from batchsched.core.dra.claims import ClaimAllocation
 from batchsched.core.dra.model import AllocatedDevice, DraError, claim_from_json
 from batchsched.core.model import pod_from_json
+from batchsched.core.placement.capacity import cluster_capacity
+from batchsched.core.placement.gang import plan_gang
 from batchsched.core.queueing.queue import GangQueue
 from batchsched.core.snapshot import Snapshot
 from batchsched.core.topology.choose import mask_of
+from batchsched.shell.binder import BindRequest
+from batchsched.shell.claims import ClaimError, ReservedClaim
 from tests.support import dra
 from tests.unit.test_dra import NODE, TOPOLOGY, cache, claim_json, device, listed, node_json, pod_json  # noqa: F401
 from tests.unit.test_fuzz_hostile_input import FUZZ, json_values
+from tests.unit.topology_support import fixture
 
 ATTR = "gpu.nvidia.com/productName"
 
@@ -238,6 +249,181 @@ def test_a_shared_claim_is_allocated_once_and_the_other_pod_follows_it(cache):
     (joined,) = cycle(cache).bindings
     assert joined.pod_name == "b" and joined.node_name == NODE and joined.gpu_ids == ()
     assert [(c.name, c.allocate, c.devices) for c in joined.claims] == [("shared", False, ())]
+
+
+# ---- a claim shared by the members of one gang ---------------------------------------
+
+SECOND = "dgx-b"
+
+
+def member(name: str, *claims: str, cpu: str = "1", node: str = "") -> dict:
+    obj = claiming_pod(name, *claims, node=node)
+    obj["metadata"]["labels"] = {constants.POD_GROUP_LABEL: "g"}
+    obj["spec"]["containers"][0]["resources"]["requests"] = {"cpu": cpu}
+    return obj
+
+
+def two_dra_nodes(cache, *, claims=(), pods=(), first_cpu: str = "64", min_member: int = 2):
+    """The node ``NODE`` (``first_cpu`` cpus) and ``SECOND`` (64), eight DRA GPUs each."""
+    second = dra.identified(fixture("dgx1-hybrid-cube-mesh-8gpu.txt"), SECOND)
+    first = node_json()
+    first["status"]["allocatable"] = first["status"]["capacity"] = {**first["status"]["allocatable"],
+                                                                   "cpu": first_cpu}
+    listed(cache, nodes=[first, node_json(SECOND, topology=second)],
+           slices=[dra.resource_slice(NODE, TOPOLOGY), dra.resource_slice(SECOND, second)], claims=claims, pods=pods)
+    cache._apply_group("ADDED", {"apiVersion": "scheduling.batchsched.io/v1alpha1", "kind": "PodGroup",
+                                 "metadata": {"name": "g", "namespace": "ns", "uid": "g", "generation": 1},
+                                 "spec": {"minMember": min_member}})
+
+
+def gang_cycle(cache):
+    return schedule_cycle(cache.snapshot(1000.0), GangQueue())
+
+
+def test_a_gang_whose_pods_share_one_unallocated_claim_is_placed_on_one_node_with_one_allocation(cache):
+    # NODE fits one pod's cpu only: the pod allocating the claim alone would go there (packed tighter)
+    two_dra_nodes(cache, claims=[claim_spec("shared", 2)], pods=[member("a", "shared", cpu="2"),
+                                                                  member("b", "shared", cpu="2")], first_cpu="3")
+    plan = gang_cycle(cache)
+    assert plan.verdicts["ns/g"].reason == "Scheduled", plan.verdicts["ns/g"]
+    placed = {b.pod_name: b for b in plan.bindings}
+    assert {b.node_name for b in placed.values()} == {SECOND}
+    allocator, joiner = placed["a"].claims, placed["b"].claims
+    assert [(c.name, c.node, c.allocate) for c in allocator] == [("shared", SECOND, True)]
+    assert [(c.name, c.uid, c.node, c.allocate, c.devices) for c in joiner] == [
+        ("shared", allocator[0].uid, SECOND, False, ())]  # the same claim on the same node: only reserved
+    assert len(allocator[0].devices) == 2 and len(placed["a"].gpu_ids) == 2 and placed["b"].gpu_ids == ()
+    for b in plan.bindings:  # as the shell assumes them: the two GPUs are taken once
+        cache.assume(b.pod_uid, b.node_name, b.gpu_ids)
+        cache.state.assume_allocation(b.pod_uid, b.devices)
+    assert cache.state.free(SECOND)[GPU_RESOURCE] == 6 and cache.state.free(NODE)[GPU_RESOURCE] == 8
+
+
+def test_gang_mates_linked_through_two_shared_claims_go_on_one_node(cache):
+    # c joins x, which a allocates, and y, which b allocates: the three go together
+    two_dra_nodes(cache, claims=[claim_spec("x", 2), claim_spec("y", 2)],
+                  pods=[member("a", "x", cpu="1"), member("b", "y", cpu="1"), member("c", "x", "y", cpu="1")],
+                  first_cpu="2", min_member=3)
+    plan = gang_cycle(cache)
+    placed = {b.pod_name: b for b in plan.bindings}
+    assert {b.node_name for b in placed.values()} == {SECOND}, plan.verdicts
+    assert [(c.name, c.allocate) for c in placed["c"].claims] == [("x", False), ("y", False)]
+    assert {c.name for p in "ab" for c in placed[p].claims if c.allocate} == {"x", "y"}
+    assert not {d.device for d in placed["a"].devices} & {d.device for d in placed["b"].devices}
+
+
+def test_a_joiner_whose_allocating_mate_is_left_out_of_the_plan_is_placed_nowhere(cache):
+    # (its queue's limits may admit the joiner, which asks no GPU, and not the allocator)
+    two_dra_nodes(cache, claims=[claim_spec("shared", 2)], pods=[member("a", "shared"), member("b", "shared"),
+                                                                  member("c")])
+    b, c = cache.state.pods["b"], cache.state.pods["c"]
+    plan = plan_gang([b, c], 1, cluster_capacity(cache.state, {}))
+    assert [a.pod.name for a in plan.assignments] == ["c"] and plan.unplaced == (b,)
+
+
+def test_a_gang_sharing_a_claim_that_no_node_holds_with_all_its_sharers_says_so(cache):
+    two_dra_nodes(cache, claims=[claim_spec("shared", 2)], pods=[member("a", "shared", cpu="40"),
+                                                                  member("b", "shared", cpu="40")])
+    plan = gang_cycle(cache)
+    assert not plan.bindings
+    verdict = plan.verdicts["ns/g"]
+    assert verdict.reason == "Unschedulable"
+    assert "2 node(s) could not also hold the gang mates sharing its ResourceClaims" in verdict.message
+
+
+def test_gang_sharers_of_a_claim_allocated_on_one_node_both_go_there(cache):
+    pick = [device(i) for i in (0, 1)]
+    two_dra_nodes(cache, claims=[claim_spec("shared", 2, allocation=dra.allocation(SECOND, pick))],
+                  pods=[member("a", "shared"), member("b", "shared")])
+    plan = gang_cycle(cache)
+    assert {b.pod_name: b.node_name for b in plan.bindings} == {"a": SECOND, "b": SECOND}
+    assert all([(c.name, c.allocate, c.devices) for c in b.claims] == [("shared", False, ())] for b in plan.bindings)
+
+
+def test_a_gang_mate_joining_a_claim_waits_while_the_mate_allocating_it_waits(cache):
+    two_dra_nodes(cache, claims=[claim_spec("shared", 2)],
+                  pods=[member("a", "shared", "missing"), member("b", "shared")])
+    plan = gang_cycle(cache)
+    assert not plan.bindings
+    verdict = plan.verdicts["ns/g"]
+    assert verdict.reason == "ResourceClaimsNotReady"
+    assert "waiting for ResourceClaim ns/missing (not found)" in verdict.message
+    assert "ResourceClaim ns/shared is shared with gang mate a, which allocates it and waits" in verdict.message
+
+
+def test_a_sharer_outside_the_gang_allocates_first_and_the_gang_then_joins_it(cache):
+    outsider = claiming_pod("solo", "shared")  # a lone pod, created first: it allocates the claim
+    two_dra_nodes(cache, claims=[claim_spec("shared", 2)], pods=[outsider, member("a", "shared"),
+                                                                  member("b", "shared")])
+    plan = gang_cycle(cache)
+    (binding,) = plan.bindings
+    assert binding.pod_name == "solo" and binding.claims[0].allocate
+    assert plan.verdicts["ns/g"].reason == "ResourceClaimsNotReady"
+    assert "is shared with pod solo, which allocates it" in plan.verdicts["ns/g"].message
+    allocated = claim_spec("shared", 2, allocation=dra.allocation(binding.node_name,
+                                                                  [d.device for d in binding.claims[0].devices]),
+                           reservedFor=[{"resource": "pods", "name": "solo", "uid": "solo"}])
+    two_dra_nodes(cache, claims=[allocated], pods=[claiming_pod("solo", "shared", node=binding.node_name),
+                                                   member("a", "shared"), member("b", "shared")])
+    plan = gang_cycle(cache)
+    assert {b.pod_name: b.node_name for b in plan.bindings} == {"a": binding.node_name, "b": binding.node_name}
+    assert all([(c.name, c.allocate) for c in b.claims] == [("shared", False)] for b in plan.bindings)
+
+
+class SharedClaimApi:
+    """Stands for ExplicitClaims and the API server behind it: allocating
+    takes two round trips (finalizer, then status); a reservation of a claim
+    not allocated yet fails, as ``ExplicitClaims._reserve`` does."""
+
+    def __init__(self, failing: str = ""):
+        self.allocated: set[str] = set()
+        self.failing = failing  # a pod whose write the API refuses
+        self.log: list[tuple[str, str]] = []
+
+    async def write(self, pod: str, pod_uid: str, allocations) -> list:
+        for allocation in allocations:
+            await asyncio.sleep(0.01 if allocation.allocate else 0)
+            if pod == self.failing:
+                raise ClaimError("refused")
+            if allocation.allocate:
+                self.allocated.add(allocation.uid)
+            elif allocation.uid not in self.allocated:
+                raise ClaimError(f"its ResourceClaim {allocation.name} is no longer allocated")
+        self.log.append(("write", pod))
+        return [ReservedClaim(a.namespace, a.name, a.uid, a.allocate, a.allocate) for a in allocations]
+
+    async def undo(self, pod_uid: str, reserved) -> bool:
+        self.log.append(("undo", pod_uid))
+        return True
+
+
+def write_gang_claims(api: SharedClaimApi, *joiners: str) -> list[str]:
+    """The pods bound once the claims of a gang are written: a allocates
+    "shared", each of ``joiners`` joins it."""
+    from batchsched.config import SchedulerConfig
+    from batchsched.shell.scheduler import Scheduler
+
+    shared = ClaimAllocation("ns", "shared", "uid-shared", NODE)
+    requests = [BindRequest(name, "ns", name, NODE, "ns/g", claims=(replace(shared, allocate=name == "a"),))
+                for name in ("a", *joiners)]
+
+    async def run() -> list[str]:
+        scheduler = Scheduler(kube=None, config=SchedulerConfig())  # type: ignore[arg-type]  # nothing is sent
+        scheduler.explicit = api  # type: ignore[assignment]
+        return [r.name for r in await scheduler._write_claims(requests, {})]
+    return asyncio.run(run())
+
+
+def test_a_gang_mate_reserves_a_shared_claim_once_the_mate_allocating_it_has_written_it():
+    api = SharedClaimApi()
+    assert write_gang_claims(api, "b") == ["a", "b"]
+    assert api.log == [("write", "a"), ("write", "b")]
+
+
+def test_a_gang_whose_claims_fail_undoes_the_joiners_before_the_allocation():
+    api = SharedClaimApi(failing="c")
+    assert write_gang_claims(api, "b", "c") == []
+    assert api.log == [("write", "a"), ("write", "b"), ("undo", "b"), ("undo", "a")]
 
 
 def test_a_claim_being_written_for_one_pod_is_not_allocated_again_for_another(cache):

@@ -9,7 +9,8 @@ devices of a node their claims may get, and the allocation written for them.
   topology among the free eligible GPUs, honouring ``matchAttribute``.
 * ``allocations`` deals the chosen GPUs to the requests and gives each claim
   its allocation (results, configs from class and claim) or, for a claim
-  already allocated, its reservation only.
+  already allocated or allocated by a gang mate in the same plan, its
+  reservation only.
 
 Only GPUs are allocated, and only on nodes where DRA serves nvidia.com/gpu
 (``NodeInfo.gpus_by_dra``): there the GPU room holds the DRA GPUs by
@@ -51,14 +52,17 @@ class ClaimAllocation:
 # ---- joining a pod with its claims ------------------------------------------------
 
 def join_demand(pod: PodInfo, claims: Callable[[str], ResourceClaim | None],
-                classes: Mapping[str, DeviceClass], shared_wait: Callable[[str, str], str]) -> DeviceDemand:
+                classes: Mapping[str, DeviceClass],
+                shared_turn: Callable[[str, PodInfo], tuple[str, str]]) -> DeviceDemand:
     """What ``pod``'s claims ask; ``claims`` finds a claim by namespace/name,
-    ``shared_wait(claim key, pod uid)`` says why the pod may not allocate a
-    claim it shares with others now ("" when it may)."""
+    ``shared_turn(claim key, pod)`` says, of an unallocated claim it shares
+    with others, why it may not allocate it now and the gang mate it joins
+    it with instead (("", "") when it allocates it)."""
     requests: list[RequestDemand] = []
     constraints: list[AttributeDemand] = []
     reserve: list[str] = []
     allocate: list[str] = []
+    follows: list[tuple[str, str]] = []
     node = ""
     for ref in pod.claims:
         if not ref.claim:
@@ -87,9 +91,12 @@ def join_demand(pod: PodInfo, claims: Callable[[str], ResourceClaim | None],
             continue
         if claim.unsupported:
             return DeviceDemand(problem=f"ResourceClaim {clip(key, 200)}: {claim.unsupported}")
-        wait = shared_wait(key, pod.uid)
+        wait, allocator = shared_turn(key, pod)
         if wait:
             return DeviceDemand(problem=wait)
+        if allocator:
+            follows.append((key, allocator))
+            continue
         names = [r.name for r in claim.requests]
         for request in claim.requests:
             device_class = classes.get(request.device_class)
@@ -115,7 +122,7 @@ def join_demand(pod: PodInfo, claims: Callable[[str], ResourceClaim | None],
     if requests and pod.requests.get(GPU_RESOURCE, 0):
         return DeviceDemand(problem=f"it asks {GPU_RESOURCE} in its containers' resources and GPU devices "
                                     "through its ResourceClaims; this version serves one or the other")
-    return DeviceDemand(tuple(requests), tuple(constraints), node, tuple(reserve), tuple(allocate))
+    return DeviceDemand(tuple(requests), tuple(constraints), node, tuple(reserve), tuple(allocate), tuple(follows))
 
 
 def joined(pod: PodInfo, demand: DeviceDemand) -> PodInfo:
@@ -330,7 +337,8 @@ def allocations(node: NodeInfo, pod: PodInfo, gpu_ids: tuple[int, ...],
                 classes: Mapping[str, DeviceClass]) -> tuple[ClaimAllocation, ...]:
     """Each claim of the pod as written when it is bound to ``node`` with
     ``gpu_ids``: the claims it allocates with the devices dealt to their
-    requests, then those it joins.  ``claims`` finds one by namespace/name."""
+    requests, then those it joins (allocated already, or by the gang mate
+    placed on ``node`` with it).  ``claims`` finds one by namespace/name."""
     demand = pod.device_demand
     if demand is None:
         return ()
@@ -361,7 +369,7 @@ def allocations(node: NodeInfo, pod: PodInfo, gpu_ids: tuple[int, ...],
         config += [json.dumps({"source": "FromClaim", **json.loads(c)}, sort_keys=True) for c in claim.config]
         written.append(ClaimAllocation(claim.namespace, claim.name, claim.uid, node.name, True, tuple(devices),
                                        tuple(config)))
-    for key in demand.reserve:
+    for key in (*demand.reserve, *(key for key, _ in demand.follows)):
         claim = _known(claims, key)
         written.append(ClaimAllocation(claim.namespace, claim.name, claim.uid, node.name))
     return tuple(written)

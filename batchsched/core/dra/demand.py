@@ -4,7 +4,9 @@
 devices its unallocated claims request (``requests``, each with the CEL
 selectors of its DeviceClass and of the request, and the claims'
 ``matchAttribute`` constraints), the node an allocated claim pins it to,
-and the allocated claims it only joins (``reserve``).  What the join cannot
+the allocated claims it only joins (``reserve``), and the unallocated ones
+a member of its gang allocates in the same plan, which it joins on that
+member's node (``follows``).  What the join cannot
 read, or is still waiting for (a claim not created yet), is ``problem``:
 the pod is placed nowhere and the message says why -- a claim is never
 guessed at.  Placement (``core/dra/claims.py``) evaluates the demand on each
@@ -49,6 +51,9 @@ class DeviceDemand:
     node: str = ""  # the node an allocated claim of the pod pins it to ("": none)
     reserve: tuple[str, ...] = ()  # namespace/name of the allocated claims it joins
     allocate: tuple[str, ...] = ()  # namespace/name of the claims it allocates
+    # (namespace/name, uid of the gang mate allocating it): unallocated claims
+    # it joins where that pod goes, in the same plan (placement/gang.py)
+    follows: tuple[tuple[str, str], ...] = ()
     problem: str = ""  # why it cannot be placed now ("" when it can)
 
     @property

@@ -22,6 +22,11 @@ smallest first: fewest allocatable GPUs, then fewest nodes, then fewest
 free GPUs.  ``required`` fails when no domain fits; ``preferred`` then plans
 as if there were no domains.
 
+Members sharing an unallocated ResourceClaim (``DeviceDemand.follows``: one
+allocates it, the others join it) go on one node or none: the first of
+them placed takes the best node where all of them fit, and the rest go
+there with it (``_Sharing``).
+
 No plan ever takes more of a resource on a node than the free map holds,
 nor a GPU id that is not free.
 """
@@ -67,6 +72,62 @@ class PlanFailure:
 
 # How a failure that no freed room can cure begins (see ``never_fits``).
 NEVER_FITS = "Exceeds cluster capacity"
+# Why a node that fits a pod is out when the gang mates sharing its claims do not fit there too.
+REASON_SHARERS = "node(s) could not also hold the gang mates sharing its ResourceClaims"
+
+
+@dataclass(frozen=True)
+class _Sharing:
+    """The gang's members that share unallocated ResourceClaims, grouped by
+    node: each group's lead is placed as any pod, the rest on its node."""
+
+    units: Mapping[str, tuple[PodInfo, ...]] = field(default_factory=dict)  # lead uid -> lead, then the rest
+    placed_with_lead: frozenset[str] = frozenset()  # uids placed with their group's lead
+    stranded: tuple[PodInfo, ...] = ()  # members whose group lacks a pod allocating what they join
+
+
+def _sharing(pods: Sequence[PodInfo]) -> _Sharing:
+    """Group the pods joined by ``follows`` (joiner and allocator, linked
+    through all their claims): one node for each group.  A group is ordered
+    so that each pod comes after those allocating the claims it joins (the
+    order the claims are written in), its lead first; a group missing one
+    of its allocators (left out by its queue's limits) is stranded."""
+    by_uid = {p.uid: p for p in pods}
+    follows = {p.uid: [uid for _, uid in p.device_demand.follows] for p in pods
+               if p.device_demand is not None and p.device_demand.follows}
+    if not follows:
+        return _Sharing()
+    group_of: dict[str, str] = {}  # uid -> a uid standing for its group (union-find)
+
+    def find(uid: str) -> str:
+        while group_of.setdefault(uid, uid) != uid:
+            group_of[uid] = group_of[group_of[uid]]
+            uid = group_of[uid]
+        return uid
+
+    for uid, allocators in follows.items():
+        for allocator in allocators:
+            group_of[find(uid)] = find(allocator)
+    groups: dict[str, list[str]] = {}
+    for uid in group_of:
+        groups.setdefault(find(uid), []).append(uid)
+    units, with_lead, stranded = {}, set(), []
+    for members in groups.values():
+        ordered: dict[str, None] = {}
+        left = sorted(members, key=lambda u: (by_uid[u].created, by_uid[u].name, u) if u in by_uid else (0, "", u))
+        while left:
+            ready = [u for u in left if u in by_uid and all(a in ordered for a in follows.get(u, ()))]
+            if not ready:
+                break
+            ordered.update(dict.fromkeys(ready))
+            left = [u for u in left if u not in ordered]
+        if left:  # an allocator not among the pods (or a cycle, which joins never make): none can go
+            stranded.extend(by_uid[u] for u in members if u in by_uid)
+            continue
+        lead, *rest = ordered
+        units[lead] = tuple(by_uid[u] for u in ordered)
+        with_lead.update(rest)
+    return _Sharing(units, frozenset(with_lead), tuple(stranded))
 
 
 def explain(reason_counts: Mapping[str, int], total_nodes: int, pod_name: str = "") -> str:
@@ -136,14 +197,32 @@ class _Attempt:
 
 
 def _attempt(shapes: Sequence[_Shape], capacity: CapacityIndex, reserved: Collection[str],
-             outside: Collection[str] = frozenset()) -> _Attempt:
+             outside: Collection[str] = frozenset(), sharing: _Sharing = _Sharing()) -> _Attempt:
     """Place pod by pod, each on its best node, none on ``reserved`` or
-    ``outside`` nodes; the index is left as it was."""
+    ``outside`` nodes, the members of a ``sharing`` group on their lead's;
+    the index is left as it was."""
     trial = _Attempt()
     taken, rooms = trial.taken, trial.rooms
+    view_of = {p.uid: s.view for s in shapes for p in s.pods} if sharing.units else {}
 
     def room(name: str) -> GpuRoom | None:
         return rooms.get(name, capacity.rooms.get(name))
+
+    def together(name: str, group: Sequence[PodInfo]) -> tuple | None:
+        """(the GPUs each pod of a sharing ``group`` gets on node ``name``,
+        one after another; what is left there then), or None when one does
+        not fit."""
+        free, gpu_room, picks = taken[name] if name in taken else capacity.free.get(name, {}), room(name), []
+        for pod in group:
+            view = view_of[pod.uid]
+            pick = view.pick(name, free, gpu_room) if name in view.feasible else None
+            if not isinstance(pick, GpuPick):
+                return None
+            free = res.subtract(free, charged(view.request, pick, pod.device_demand))
+            if gpu_room is not None:
+                gpu_room = gpu_room.take(pick.gpus, view.request, pick.numa)
+            picks.append(pick)
+        return picks, free, gpu_room
 
     for shape in shapes:
         view = shape.view
@@ -155,24 +234,57 @@ def _attempt(shapes: Sequence[_Shape], capacity: CapacityIndex, reserved: Collec
                 local.append((view.score(name, free, pick, room(name)), name))
         heapq.heapify(local)
         for i, pod in enumerate(shape.pods):
-            shared = view.peek(reserved, outside, taken)
-            if local and (shared is None or local[0] < shared[:2]):
-                name = heapq.heappop(local)[1]
-            elif shared is not None:
-                name = view.pop()[1]
-            else:
-                trial.unplaced.extend(shape.pods[i:])
+            group = None
+            if sharing.units:
+                if pod.uid in sharing.placed_with_lead:
+                    continue  # placed with its lead
+                group = sharing.units.get(pod.uid)
+            placed, passed_over = None, []  # a group's: where it goes, the nodes fitting its lead only
+            while True:
+                shared = view.peek(reserved, outside, taken)
+                if local and (shared is None or local[0] < shared[:2]):
+                    entry = heapq.heappop(local)
+                    name = entry[1]
+                elif shared is not None:
+                    entry, name = None, view.pop()[1]
+                else:
+                    name = None
+                    break
+                if group is None:
+                    break
+                placed = together(name, group)
+                if placed is not None:
+                    break
+                passed_over.append(entry)
+            for entry in passed_over:
+                if entry is not None:
+                    heapq.heappush(local, entry)
+            if name is None:
                 if trial.failure_counts is None:
                     trial.failure_counts = view.reason_counts(reserved, taken, rooms)
+                    if passed_over:
+                        trial.failure_counts[REASON_SHARERS] += len(passed_over)
                     trial.failed_pod, trial.placed_before_failure = pod, len(trial.placed)
+                if group is not None:
+                    trial.unplaced.extend(group)
+                    continue
+                trial.unplaced.extend(m for p in shape.pods[i:] if p.uid not in sharing.placed_with_lead
+                                      for m in sharing.units.get(p.uid, (p,)))
                 break
-            before = taken[name] if name in taken else capacity.free.get(name, {})
-            room_before = room(name)
-            pick = view.pick(name, before, room_before)  # a GpuPick: only fitting nodes are queued
-            left = taken[name] = res.subtract(before, charged(view.request, pick, pod.device_demand))
-            if room_before is not None:
-                rooms[name] = room_before.take(pick.gpus, view.request, pick.numa)
-            trial.placed.append(Assignment(pod, name, pick.gpus))
+            if placed is None:
+                before = taken[name] if name in taken else capacity.free.get(name, {})
+                room_before = room(name)
+                pick = view.pick(name, before, room_before)  # a GpuPick: only fitting nodes are queued
+                left = taken[name] = res.subtract(before, charged(view.request, pick, pod.device_demand))
+                if room_before is not None:
+                    rooms[name] = room_before.take(pick.gpus, view.request, pick.numa)
+                trial.placed.append(Assignment(pod, name, pick.gpus))
+            else:
+                picks, left, room_after = placed
+                taken[name] = left
+                if room_after is not None:
+                    rooms[name] = room_after
+                trial.placed.extend(Assignment(p, name, pick.gpus) for p, pick in zip(group, picks))
             pick = view.pick(name, left, room(name))
             if isinstance(pick, GpuPick):
                 heapq.heappush(local, (view.score(name, left, pick, room(name)), name))
@@ -182,13 +294,14 @@ def _attempt(shapes: Sequence[_Shape], capacity: CapacityIndex, reserved: Collec
 
 
 def _best_attempt(shapes: Sequence[_Shape], need: int, capacity: CapacityIndex, reserved: Collection[str],
-                  outside: Collection[str] = frozenset()) -> tuple[_Attempt, _Attempt]:
+                  outside: Collection[str] = frozenset(),
+                  sharing: _Sharing = _Sharing()) -> tuple[_Attempt, _Attempt]:
     """Largest shapes first, then, if that misses the quorum and not every
     pod is needed, smallest first: (the attempt to use, the one that placed
     most -- the first on a tie -- for a failure to report)."""
-    first = chosen = most = _attempt(_largest_first(shapes), capacity, reserved, outside)
+    first = chosen = most = _attempt(_largest_first(shapes), capacity, reserved, outside, sharing)
     if len(first.placed) < need < sum(len(s.pods) for s in shapes):
-        retry = _attempt(_smallest_first(shapes), capacity, reserved, outside)
+        retry = _attempt(_smallest_first(shapes), capacity, reserved, outside, sharing)
         if len(retry.placed) > len(first.placed):
             most = retry
         if len(retry.placed) >= need:
@@ -217,7 +330,8 @@ def _domains(capacity: CapacityIndex, keys: Sequence[str], gpus_needed: int,
 
 
 def _plan_in_a_domain(shapes: Sequence[_Shape], need: int, capacity: CapacityIndex, reserved: Collection[str],
-                      policy: TopologyPolicy, bound_on: Collection[str]) -> tuple[_Attempt | None, int, str]:
+                      policy: TopologyPolicy, bound_on: Collection[str],
+                      sharing: _Sharing) -> tuple[_Attempt | None, int, str]:
     """The plan in the smallest domain that fits the quorum, or None, the
     most pods one domain held, and why no domain fits."""
     sizes = sorted(s.view.request.get(GPU_RESOURCE, 0) for s in shapes for _ in s.pods)
@@ -226,7 +340,7 @@ def _plan_in_a_domain(shapes: Sequence[_Shape], need: int, capacity: CapacityInd
     keys = " or ".join(policy.domain_labels) or "(none configured)"
     best_placed, best_domain = 0, ""
     for label, names in domains:
-        chosen, most = _best_attempt(shapes, need, capacity, reserved, capacity.nodes.keys() - names)
+        chosen, most = _best_attempt(shapes, need, capacity, reserved, capacity.nodes.keys() - names, sharing)
         if len(chosen.placed) >= need:
             return chosen, len(chosen.placed), ""
         most_placed = len(most.placed)
@@ -372,6 +486,10 @@ def plan_gang(
     (Volcano's minTaskMember, less the members bound).
     """
     gang_key = pods[0].gang_key if pods else ""
+    sharing = _sharing(pods)
+    if sharing.stranded:  # (placed nowhere, reported as members that did not fit)
+        stranded = {p.uid for p in sharing.stranded}
+        pods = [p for p in pods if p.uid not in stranded]
     if need > len(pods):
         return PlanFailure(need, 0, {}, f"Gang {gang_key} needs {_pods(need)} placed at once; "
                                         f"only {len(pods)} are pending.")
@@ -382,12 +500,12 @@ def plan_gang(
         return PlanFailure(need, 0, {}, _never_message(gang_key, need, why_never), never_fits=True)
     chosen = None
     if policy.domain_mode:
-        chosen, most_placed, why = _plan_in_a_domain(shapes, need, capacity, reserved, policy, bound_on)
+        chosen, most_placed, why = _plan_in_a_domain(shapes, need, capacity, reserved, policy, bound_on, sharing)
         if chosen is None and policy.domain_mode == "required":
             return PlanFailure(need, most_placed, {}, f"Gang {gang_key} needs {_pods(need)} placed at once "
                                                       f"inside one domain: {why}.")
     if chosen is None:
-        chosen, most = _best_attempt(shapes, need, capacity, reserved)
+        chosen, most = _best_attempt(shapes, need, capacity, reserved, sharing=sharing)
         if len(chosen.placed) < need:
             counts = dict(most.failure_counts or {})
             return PlanFailure(need, len(most.placed), counts, _failure_message(gang_key, need, most, total_nodes))
@@ -400,4 +518,4 @@ def plan_gang(
                            + (f": {explain(chosen.failure_counts or {}, total_nodes)}" if chosen.unplaced else "."))
     capacity.commit(chosen.taken, chosen.rooms)
     message = explain(chosen.failure_counts, total_nodes) if chosen.unplaced else ""
-    return GangPlan(tuple(chosen.placed), tuple(chosen.unplaced), message)
+    return GangPlan(tuple(chosen.placed), tuple(chosen.unplaced) + sharing.stranded, message)
