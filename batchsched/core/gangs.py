@@ -277,31 +277,27 @@ def _not_found(key: str, pod: PodInfo) -> str:
 def _claims_waits(unbound: list[PodInfo]) -> dict[str, str]:
     """Unbound, ungated members whose claims cannot be allocated now: uid ->
     why.  A member joining a claim that a gang mate allocates in the same
-    plan (``DeviceDemand.follows``) waits while that mate waits or is not
-    pending: the two go on one node or neither does."""
-    live = {p.uid: p for p in unbound}
-    waits = {p.uid: p.device_demand.problem for p in unbound
-             if not p.gated and p.device_demand is not None and p.device_demand.problem}
-    following = [p for p in unbound if not p.gated and p.uid not in waits
-                 and p.device_demand is not None and p.device_demand.follows]
-    changed = True
-    while changed:  # the mate it follows may itself follow one that waits
-        changed = False
-        for pod in following:
-            if pod.uid in waits:
-                continue
-            for key, allocator in pod.device_demand.follows:
-                mate = live.get(allocator)
-                if mate is None or mate.gated:
-                    why = "is not pending"
-                elif allocator in waits:
-                    why = f"waits ({clip(waits[allocator], 300)})"
-                else:
-                    continue
-                waits[pod.uid] = (f"ResourceClaim {clip(key, 200)} is shared with gang mate "
-                                  f"{mate.name if mate else allocator}, which allocates it and {why}")
-                changed = True
-                break
+    plan (``DeviceDemand.follows``) waits while that mate waits: the two go
+    on one node or neither does."""
+    live = {p.uid: p for p in unbound if not p.gated}
+    waits = {uid: p.device_demand.problem for uid, p in live.items()
+             if p.device_demand is not None and p.device_demand.problem}
+    joiners: dict[str, list[tuple[str, PodInfo]]] = {}  # allocator uid -> (claim, a pod joining it)
+    for pod in live.values():
+        for key, allocator in pod.device_demand.follows if pod.device_demand is not None else ():
+            if allocator in live:
+                joiners.setdefault(allocator, []).append((key, pod))
+            elif pod.uid not in waits:  # (joins keep up with their sharers: a guard, failing closed)
+                waits[pod.uid] = (f"ResourceClaim {clip(key, 200)} is shared with the gang mate of uid "
+                                  f"{clip(allocator, 63)}, which allocates it and is not pending")
+    stack = list(waits)
+    while stack:  # (the joiners of a joiner that waits wait too)
+        allocator = stack.pop()
+        for key, pod in joiners.get(allocator, ()):
+            if pod.uid not in waits:
+                waits[pod.uid] = (f"ResourceClaim {clip(key, 200)} is shared with gang mate {live[allocator].name}, "
+                                  f"which allocates it and waits ({clip(waits[allocator], 300)})")
+                stack.append(pod.uid)
     return waits
 
 

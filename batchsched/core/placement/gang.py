@@ -93,7 +93,7 @@ def _sharing(pods: Sequence[PodInfo]) -> _Sharing:
     order the claims are written in), its lead first; a group missing one
     of its allocators (left out by its queue's limits) is stranded."""
     by_uid = {p.uid: p for p in pods}
-    follows = {p.uid: [uid for _, uid in p.device_demand.follows] for p in pods
+    follows = {p.uid: {uid for _, uid in p.device_demand.follows} for p in pods
                if p.device_demand is not None and p.device_demand.follows}
     if not follows:
         return _Sharing()
@@ -105,28 +105,36 @@ def _sharing(pods: Sequence[PodInfo]) -> _Sharing:
             uid = group_of[uid]
         return uid
 
+    joiners: dict[str, list[str]] = {}  # allocator uid -> the pods joining its claims
     for uid, allocators in follows.items():
         for allocator in allocators:
             group_of[find(uid)] = find(allocator)
+            joiners.setdefault(allocator, []).append(uid)
     groups: dict[str, list[str]] = {}
     for uid in group_of:
         groups.setdefault(find(uid), []).append(uid)
     units, with_lead, stranded = {}, set(), []
     for members in groups.values():
-        ordered: dict[str, None] = {}
-        left = sorted(members, key=lambda u: (by_uid[u].created, by_uid[u].name, u) if u in by_uid else (0, "", u))
-        while left:
-            ready = [u for u in left if u in by_uid and all(a in ordered for a in follows.get(u, ()))]
-            if not ready:
-                break
-            ordered.update(dict.fromkeys(ready))
-            left = [u for u in left if u not in ordered]
-        if left:  # an allocator not among the pods (or a cycle, which joins never make): none can go
-            stranded.extend(by_uid[u] for u in members if u in by_uid)
+        if any(uid not in by_uid for uid in members):
+            stranded.extend(by_uid[uid] for uid in members if uid in by_uid)
             continue
-        lead, *rest = ordered
-        units[lead] = tuple(by_uid[u] for u in ordered)
-        with_lead.update(rest)
+        # each pod once the pods allocating what it joins are in; ties in creation order
+        waiting = {uid: len(follows.get(uid, ())) for uid in members}
+        ready = [(by_uid[uid].created, by_uid[uid].name, uid) for uid in members if not waiting[uid]]
+        heapq.heapify(ready)
+        ordered = []
+        while ready:
+            uid = heapq.heappop(ready)[2]
+            ordered.append(by_uid[uid])
+            for joiner in joiners.get(uid, ()):
+                waiting[joiner] -= 1
+                if not waiting[joiner]:
+                    heapq.heappush(ready, (by_uid[joiner].created, by_uid[joiner].name, joiner))
+        if len(ordered) < len(members):  # a cycle, which joins never make: none can go
+            stranded.extend(by_uid[uid] for uid in members)
+            continue
+        units[ordered[0].uid] = tuple(ordered)
+        with_lead.update(p.uid for p in ordered[1:])
     return _Sharing(units, frozenset(with_lead), tuple(stranded))
 
 
