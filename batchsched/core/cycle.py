@@ -35,7 +35,7 @@ from batchsched.core.placement.gang import (Assignment, GangPlan, PlanFailure, m
                                             plan_gang)
 from batchsched.core.preemption.plan import NominationHolds, NoPreemption, plan_preemption
 from batchsched.core.preemption.policy import PreemptionPolicy, PreemptionState
-from batchsched.core.placement.fit import REASON_RESERVED
+from batchsched.core.placement.fit import REASON_RESERVED, serves_through_extended_claim
 from batchsched.core.queueing.lending import lent_pods, may_borrow
 from batchsched.core.queueing.queue import GangQueue, Reservation
 from batchsched.core.queueing.runtime import KILL_GRACE_SECONDS, expected_end, overran_hint, runtime_bound
@@ -472,9 +472,8 @@ def _claim_of(snapshot: Snapshot, assignment: Assignment) -> ExtendedClaim | Non
     """The extended-resource claim of a pod given GPUs where DRA serves them
     (raises ExtendedClaimError, its gang's verdict, when it cannot have one)."""
     node = snapshot.nodes[assignment.node_name]
-    demand = assignment.pod.device_demand
-    if not node.gpus_by_dra or not assignment.pod.requests.get(GPU_RESOURCE, 0) or (demand and demand.asks_devices):
-        return None  # (a pod whose own claims ask GPUs gets them there)
+    if not node.gpus_by_dra or not serves_through_extended_claim(assignment.pod):
+        return None
     return extended_claim(node, assignment.pod, assignment.gpu_ids, snapshot.cluster.dra.classes)
 
 

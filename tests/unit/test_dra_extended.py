@@ -146,3 +146,36 @@ def test_the_serving_class_config_goes_into_the_allocation_for_every_request(cac
     served(cache)  # NVIDIA's class as shipped has no config: the allocation has none either
     claim = extended_claim(cache.nodes[NODE], pod_with([("a", 1)]), (0,), cache.state.dra.classes)
     assert "config" not in allocation_status("p", "uid-p", claim)["allocation"]["devices"]
+
+
+def init_gpus_pod_json(name: str = "p") -> dict:
+    """A pod whose init container's 2 GPUs its app container reuses (it holds 2)."""
+    obj = pod_json(name, 2)
+    obj["spec"]["initContainers"] = [{"name": "setup", "resources": {"limits": {GPU: "2"}}}]
+    return obj
+
+
+def test_a_node_serving_gpus_only_through_dra_is_filtered_out_for_a_pod_reusing_an_init_containers_gpus(cache):
+    from batchsched.core.cycle import schedule_cycle
+    from batchsched.core.placement.fit import REASON_DRA_INIT_GPUS
+    from batchsched.core.queueing.queue import GangQueue
+
+    served(cache, pods=[init_gpus_pod_json()])
+    queue = GangQueue()
+    for now in (1.0, 100.0):  # the same node-level verdict each cycle, never a binding tried
+        plan = schedule_cycle(cache.snapshot(now), queue)
+        verdict = plan.verdicts["ns/pod:p"]
+        assert plan.bindings == [] and not verdict.scheduled and verdict.reason != "InternalError"
+        assert f"1 {REASON_DRA_INIT_GPUS}" in verdict.message, verdict.message
+
+
+def test_a_pod_reusing_an_init_containers_gpus_goes_to_a_node_with_the_device_plugin(cache):
+    from batchsched.core.cycle import schedule_cycle
+    from batchsched.core.queueing.queue import GangQueue
+
+    # "dgx" (DRA) ranks first by name among equal nodes: the pod would be planned there
+    listed(cache, nodes=[node_json(gpus=0), node_json("plugin", gpus=8)], slices=[dra.resource_slice(NODE, TOPOLOGY)],
+           pods=[init_gpus_pod_json()])
+    assert cache.nodes[NODE].gpus_by_dra and not cache.nodes["plugin"].gpus_by_dra
+    plan = schedule_cycle(cache.snapshot(1.0), GangQueue())
+    assert [(b.node_name, b.claim) for b in plan.bindings] == [("plugin", None)], plan.verdicts
