@@ -27,6 +27,7 @@ from batchsched.core.dra import claims
 from batchsched.core.dra.claims import ClaimAllocation
 from batchsched.core.dra.extended import ExtendedClaim, extended_claim
 from batchsched.core.dra.model import AllocatedDevice
+from batchsched.core.dra.state import EXTENDED_CLAIM
 from batchsched.core.gangs import Gang, GangChanges, GangIndex, foreign_note, members_selector
 from batchsched.core.model import GroupSpec, PodInfo, TopologyPolicy
 from batchsched.core.placement.capacity import CapacityIndex, NodeEntry, cluster_capacity, kept_index, shape_key
@@ -73,10 +74,12 @@ class Binding:
     claims: tuple[ClaimAllocation, ...] = ()
 
     @property
-    def devices(self) -> tuple[AllocatedDevice, ...]:
-        """Every device its claims are given: assumed in use from the decision on."""
-        own = self.claim.devices if self.claim is not None else ()
-        return own + tuple(d for c in self.claims for d in c.devices)
+    def allocations(self) -> dict[str, tuple[AllocatedDevice, ...]]:
+        """The devices each claim is given (by claim uid; the extended-resource
+        claim, not made yet, as ``EXTENDED_CLAIM``): in flight from the decision on."""
+        given = {EXTENDED_CLAIM: self.claim.devices} if self.claim is not None else {}
+        given.update((c.uid, c.devices) for c in self.claims if c.devices)
+        return given
 
 
 @dataclass(frozen=True)

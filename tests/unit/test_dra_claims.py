@@ -3,16 +3,12 @@ pod's claims ask, or why it waits), the GPUs chosen among those the
 selectors select, matchAttribute, shared claims, and the allocation."""
 from __future__ import annotations
 
-import asyncio
-from dataclasses import replace
-
 from hypothesis import given
 from hypothesis import strategies as st
 
 from batchsched.api import constants
 from batchsched.api.constants import GPU_RESOURCE
 from batchsched.core.cycle import schedule_cycle
-from batchsched.core.dra.claims import ClaimAllocation
 from batchsched.core.dra.model import AllocatedDevice, DraError, claim_from_json
 from batchsched.core.model import pod_from_json
 from batchsched.core.placement.capacity import cluster_capacity
@@ -20,8 +16,6 @@ from batchsched.core.placement.gang import plan_gang
 from batchsched.core.queueing.queue import GangQueue
 from batchsched.core.snapshot import Snapshot
 from batchsched.core.topology.choose import mask_of
-from batchsched.shell.binder import BindRequest
-from batchsched.shell.claims import ClaimError, ReservedClaim
 from tests.support import dra
 from tests.unit.test_dra import NODE, TOPOLOGY, cache, claim_json, device, listed, node_json, pod_json  # noqa: F401
 from tests.unit.test_fuzz_hostile_input import FUZZ, json_values
@@ -222,7 +216,7 @@ def test_two_pods_asking_all_devices_of_one_node_never_share_them(cache):
     other = "q" if binding.pod_name == "p" else "p"
     assert "not all free" in plan.verdicts[f"ns/pod:{other}"].message
     cache.assume(binding.pod_uid, binding.node_name, binding.gpu_ids)
-    cache.state.assume_allocation(binding.pod_uid, binding.devices)
+    cache.state.assume_allocation(binding.pod_uid, binding.allocations)
     assert cache.state.free(NODE)["nvidia.com/gpu"] == 0
     assert not cycle(cache).bindings
 
@@ -271,9 +265,14 @@ def two_dra_nodes(cache, *, claims=(), pods=(), first_cpu: str = "64", min_membe
                                                                    "cpu": first_cpu}
     listed(cache, nodes=[first, node_json(SECOND, topology=second)],
            slices=[dra.resource_slice(NODE, TOPOLOGY), dra.resource_slice(SECOND, second)], claims=claims, pods=pods)
-    cache._apply_group("ADDED", {"apiVersion": "scheduling.batchsched.io/v1alpha1", "kind": "PodGroup",
-                                 "metadata": {"name": "g", "namespace": "ns", "uid": "g", "generation": 1},
-                                 "spec": {"minMember": min_member}})
+    cache._apply_group("ADDED", group_g(min_member))
+
+
+def group_g(min_member: int) -> dict:
+    """The PodGroup of ``member`` pods."""
+    return {"apiVersion": "scheduling.batchsched.io/v1alpha1", "kind": "PodGroup",
+            "metadata": {"name": "g", "namespace": "ns", "uid": "g", "generation": 1},
+            "spec": {"minMember": min_member}}
 
 
 def gang_cycle(cache):
@@ -295,7 +294,7 @@ def test_a_gang_whose_pods_share_one_unallocated_claim_is_placed_on_one_node_wit
     assert len(allocator[0].devices) == 2 and len(placed["a"].gpu_ids) == 2 and placed["b"].gpu_ids == ()
     for b in plan.bindings:  # as the shell assumes them: the two GPUs are taken once
         cache.assume(b.pod_uid, b.node_name, b.gpu_ids)
-        cache.state.assume_allocation(b.pod_uid, b.devices)
+        cache.state.assume_allocation(b.pod_uid, b.allocations)
     assert cache.state.free(SECOND)[GPU_RESOURCE] == 6 and cache.state.free(NODE)[GPU_RESOURCE] == 8
 
 
@@ -309,7 +308,8 @@ def test_gang_mates_linked_through_two_shared_claims_go_on_one_node(cache):
     assert {b.node_name for b in placed.values()} == {SECOND}, plan.verdicts
     assert [(c.name, c.allocate) for c in placed["c"].claims] == [("x", False), ("y", False)]
     assert {c.name for p in "ab" for c in placed[p].claims if c.allocate} == {"x", "y"}
-    assert not {d.device for d in placed["a"].devices} & {d.device for d in placed["b"].devices}
+    devices = [d.device for p in "ab" for c in placed[p].claims for d in c.devices]
+    assert len(devices) == len(set(devices)) == 4
 
 
 def test_a_joiner_whose_allocating_mate_is_left_out_of_the_plan_is_placed_nowhere(cache):
@@ -370,62 +370,6 @@ def test_a_sharer_outside_the_gang_allocates_first_and_the_gang_then_joins_it(ca
     assert all([(c.name, c.allocate) for c in b.claims] == [("shared", False)] for b in plan.bindings)
 
 
-class SharedClaimApi:
-    """Stands for ExplicitClaims and the API server behind it: allocating
-    takes two round trips (finalizer, then status); a reservation of a claim
-    not allocated yet fails, as ``ExplicitClaims._reserve`` does."""
-
-    def __init__(self, failing: str = ""):
-        self.allocated: set[str] = set()
-        self.failing = failing  # a pod whose write the API refuses
-        self.log: list[tuple[str, str]] = []
-
-    async def write(self, pod: str, pod_uid: str, allocations) -> list:
-        for allocation in allocations:
-            await asyncio.sleep(0.01 if allocation.allocate else 0)
-            if pod == self.failing:
-                raise ClaimError("refused")
-            if allocation.allocate:
-                self.allocated.add(allocation.uid)
-            elif allocation.uid not in self.allocated:
-                raise ClaimError(f"its ResourceClaim {allocation.name} is no longer allocated")
-        self.log.append(("write", pod))
-        return [ReservedClaim(a.namespace, a.name, a.uid, a.allocate, a.allocate) for a in allocations]
-
-    async def undo(self, pod_uid: str, reserved) -> bool:
-        self.log.append(("undo", pod_uid))
-        return True
-
-
-def write_gang_claims(api: SharedClaimApi, *joiners: str) -> list[str]:
-    """The pods bound once the claims of a gang are written: a allocates
-    "shared", each of ``joiners`` joins it."""
-    from batchsched.config import SchedulerConfig
-    from batchsched.shell.scheduler import Scheduler
-
-    shared = ClaimAllocation("ns", "shared", "uid-shared", NODE)
-    requests = [BindRequest(name, "ns", name, NODE, "ns/g", claims=(replace(shared, allocate=name == "a"),))
-                for name in ("a", *joiners)]
-
-    async def run() -> list[str]:
-        scheduler = Scheduler(kube=None, config=SchedulerConfig())  # type: ignore[arg-type]  # nothing is sent
-        scheduler.explicit = api  # type: ignore[assignment]
-        return [r.name for r in await scheduler._write_claims(requests, {})]
-    return asyncio.run(run())
-
-
-def test_a_gang_mate_reserves_a_shared_claim_once_the_mate_allocating_it_has_written_it():
-    api = SharedClaimApi()
-    assert write_gang_claims(api, "b") == ["a", "b"]
-    assert api.log == [("write", "a"), ("write", "b")]
-
-
-def test_a_gang_whose_claims_fail_undoes_the_joiners_before_the_allocation():
-    api = SharedClaimApi(failing="c")
-    assert write_gang_claims(api, "b", "c") == []
-    assert api.log == [("write", "a"), ("write", "b"), ("undo", "b"), ("undo", "a")]
-
-
 def test_a_claim_being_written_for_one_pod_is_not_allocated_again_for_another(cache):
     served(cache, claims=[claim_spec("shared", 2)], pods=[claiming_pod("a", "shared"), claiming_pod("b", "shared")])
     cache.assume("a", NODE, (0, 1))
@@ -444,7 +388,7 @@ def test_the_chosen_devices_count_as_used_once_assumed(cache):
            pods=[claiming_pod("p", "x"), claiming_pod("q", "y")])
     plan = cycle(cache)
     assert len(plan.bindings) == 2
-    used = [d.device for b in plan.bindings for d in b.devices]
+    used = [d.device for b in plan.bindings for c in b.claims for d in c.devices]
     assert len(used) == len(set(used)) == 8
     assert mask_of(i for b in plan.bindings for i in b.gpu_ids) == 0xFF
 
@@ -500,5 +444,5 @@ def test_on_mixed_nodes_claims_go_where_dra_serves_the_gpus(cache):
     assert placed == {"p": NODE, "plain": "plugin"}
     for b in plan.bindings:  # as the shell assumes them
         cache.assume(b.pod_uid, b.node_name, b.gpu_ids)
-        cache.state.assume_allocation(b.pod_uid, b.devices)
+        cache.state.assume_allocation(b.pod_uid, b.allocations)
     assert cache.state.free("plugin")["nvidia.com/gpu"] == 0 and cache.state.free(NODE)["nvidia.com/gpu"] == 0

@@ -10,6 +10,7 @@ import pytest
 from batchsched.api import constants
 from batchsched.core.dra.extended import ExtendedClaimError, extended_claim
 from batchsched.core.dra.model import AllocatedDevice
+from batchsched.core.dra.state import EXTENDED_CLAIM, InFlight
 from batchsched.core.gpu_pools import node_gpus
 from batchsched.core.model import pod_from_json
 from batchsched.core.topology.choose import gpus_of
@@ -52,10 +53,10 @@ def test_a_bound_pod_served_by_its_claim_counts_once(cache):
 def test_an_assumed_pod_and_its_assumed_devices_count_once_until_the_claim_confirms(cache):
     served(cache, pods=[pod_json("p", 4)])
     cache.assume("p", NODE, (0, 1, 2, 3))
-    cache.state.assume_allocation("p", tuple(AllocatedDevice("container-0-request-0", dra.DRIVER, NODE, device(i))
-                                             for i in range(4)))
+    attempt = cache.state.assume_allocation("p", {EXTENDED_CLAIM: tuple(
+        AllocatedDevice("container-0-request-0", dra.DRIVER, NODE, device(i)) for i in range(4))})
     assert cache.state.free(NODE)[GPU] == 4 and gpus_of(cache.state.room(NODE).free) == (4, 5, 6, 7)
-    cache.state.forget_allocation("p")  # written nowhere, and the pod still assumed: its request holds
+    cache.state.forget_allocation("p", attempt)  # written nowhere, and the pod still assumed: its request holds
     assert cache.state.free(NODE)[GPU] == 4
 
 
@@ -122,12 +123,13 @@ def test_a_gang_on_a_dra_node_gets_nvlink_quads_as_the_devices_of_its_claims(cac
 def test_only_a_claim_holding_every_assumed_device_ends_the_assumption(cache):
     served(cache, pods=[pod_json("p", 2)])
     mine = tuple(AllocatedDevice("container-0-request-0", dra.DRIVER, NODE, device(i)) for i in (0, 1))
-    cache.state.assume_allocation("p", mine)
+    attempt = cache.state.assume_allocation("p", {EXTENDED_CLAIM: mine})
     forged = claim_json("forged", [device(7)], reserved_for="p")  # a tenant's claim naming the pod
     cache._dra_apply("resourceclaims")("ADDED", forged)
-    assert cache.state.dra.assumed == {"p": mine} and cache.state.free(NODE)[GPU] == 5
+    assert cache.state.dra.in_flight == {InFlight("p", attempt, EXTENDED_CLAIM): mine}
+    assert cache.state.free(NODE)[GPU] == 5
     cache._dra_apply("resourceclaims")("ADDED", claim_json("real", [device(0), device(1)], reserved_for="p"))
-    assert cache.state.dra.assumed == {} and cache.state.free(NODE)[GPU] == 5
+    assert cache.state.dra.in_flight == {} and cache.state.free(NODE)[GPU] == 5
 
 
 def test_the_serving_class_config_goes_into_the_allocation_for_every_request(cache):
