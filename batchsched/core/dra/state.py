@@ -11,7 +11,9 @@ extended-resource claim, not yet seen there.  Assumptions live beside the
 claims, so a relist of the claims never frees them; one ends when a claim
 reserved for the pod is seen allocated, when the pod goes, or when its
 writer calls ``forget_allocation``.  After a restart, nothing but the
-claims is needed: their allocations are the truth.
+claims is needed: their allocations are the truth.  While the claims cannot
+be listed at all (``claims_unreadable``: RBAC, or not served), no device is
+known free, so every one is in use.
 """
 from __future__ import annotations
 
@@ -37,6 +39,7 @@ class DraState:
         self._pool_nodes: dict[tuple[str, str], Counter] = {}  # (driver, pool) -> node -> slices
         self._in_use: Counter = Counter()  # device key -> claims (and assumptions) holding it
         self._reserved: dict[str, dict[str, None]] = {}  # pod uid -> claim uids reserved for it
+        self.claims_unreadable = ""  # why the claims cannot be listed ("" while they can)
 
     # ---- classes and slices ----------------------------------------------------
 
@@ -136,6 +139,13 @@ class DraState:
                     del self._reserved[pod_uid]
         return self._hold(old.allocated, -1)
 
+    def set_claims_unreadable(self, why: str) -> Iterable[str]:
+        """The claims cannot be listed (``why``), or can again ("")."""
+        if why == self.claims_unreadable:
+            return ()
+        self.claims_unreadable = why
+        return list(self._node_slices)
+
     def assume_allocation(self, pod_uid: str, devices: tuple[AllocatedDevice, ...]) -> set[str]:
         """This scheduler is writing ``devices`` into the pod's claim: in use from now."""
         touched = self.forget_allocation(pod_uid)
@@ -160,17 +170,26 @@ class DraState:
     # ---- reading ------------------------------------------------------------------
 
     def in_use(self, key: DeviceKey) -> bool:
-        return key in self._in_use
+        return bool(self.claims_unreadable) or key in self._in_use
+
+    def claims_unreadable_note(self) -> str:
+        """What the claims not being readable costs, where nodes have DRA
+        devices ("" otherwise: nothing is held back)."""
+        if self.claims_unreadable and self._node_slices:
+            return f"{self.claims_unreadable}: no DRA GPU counts as free until they can be read"
+        return ""
 
     def held_by_others(self, pod_uid: str, devices: Iterable[AllocatedDevice]) -> list[str]:
         """Those of ``devices`` in a claim's allocation, or assumed for
         another pod (a last check before writing them for ``pod_uid``)."""
+        if self.claims_unreadable:
+            return [d.device for d in devices]
         own = {d.key for d in self.assumed.get(pod_uid, ())}
         return [d.device for d in devices if self._in_use.get(d.key, 0) > (d.key in own)]
 
     def allocated(self, dra: NodeDra) -> int:
         """How many of the node's DRA GPUs are in use."""
-        return sum(1 for gpu in dra.gpus if gpu.key in self._in_use)
+        return sum(1 for gpu in dra.gpus if self.in_use(gpu.key))
 
     def served_devices(self, pod_uid: str) -> set[DeviceKey]:
         """The devices allocated in claims reserved for the pod, or assumed for it."""
