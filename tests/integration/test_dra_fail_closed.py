@@ -10,7 +10,6 @@ import json
 from pathlib import Path
 
 import pytest
-import yaml
 
 from tests.integration.test_dra_claims import claiming_pod
 from tests.integration.test_dra_inventory import DGX1, dra_node, explain, gpu_class, set_allocation  # noqa: F401
@@ -22,7 +21,6 @@ from tests.support.objects import pod
 
 pytestmark = pytest.mark.e2e
 
-ROOT = Path(__file__).resolve().parents[2]
 NOT_FREE = "no DRA GPU counts as free until they can be read"
 
 
@@ -36,9 +34,13 @@ def every_gpu_claimed(env, kubectl: str, name: str, node: str, topology, **extra
     set_allocation(env, name, dra.allocation(node, [f"gpu-{dra.minor(topology, i)}" for i in range(len(topology))]))
 
 
-def unschedulable(env, name: str, says: str):
-    condition = pod_scheduled(env, name)
-    return condition.get("status") == "False" and says in condition.get("message", "") and condition
+def placed_or_refused(env, name: str, says: str) -> None:
+    """The pod is not bound, and PodScheduled=False saying ``says``."""
+    def seen():
+        condition = pod_scheduled(env, name)
+        return env.bound().get(name) or (condition.get("status") == "False" and says in condition.get("message", ""))
+    wait_for(f"{name} bound, or refused saying {says!r}", seen, timeout=30)
+    assert name not in env.bound(), f"{name} bound onto {env.bound()[name]}, whose GPUs are not known free"
 
 
 def test_foreign_claims_with_hostile_but_legal_content_keep_every_gpu_they_hold(
@@ -58,20 +60,19 @@ def test_foreign_claims_with_hostile_but_legal_content_keep_every_gpu_they_hold(
     claiming_pod(env, "joiner", claim="owned")
     start_scheduler()
 
-    wait_for("pair waiting for free GPUs", lambda: unschedulable(env, "pair", "free device"), timeout=30)
-    wait_for("joiner waiting on the claim it names", lambda: unschedulable(
-        env, "joiner", "ResourceClaim {}/owned: not read: metadata.ownerReferences has 257 entries, more than 256"
-        .format(env.namespace)), timeout=30)
+    placed_or_refused(env, "pair", "free device")
+    placed_or_refused(env, "joiner", f"ResourceClaim {env.namespace}/owned: not read: metadata.ownerReferences has "
+                                     "257 entries, more than 256")
     checklist = explain(env, tmp_path, "pod/pair")
     assert checklist["gpuChecklist"]["dra"]["allocated"] == 16
     assert {n["node"]: n["fits"] for n in checklist["shapes"][0]["nodes"]} == {utf8_node: 0, owned_node: 0}
     assert not env.bound()
 
 
-def restricted_service_account(env, kubectl: str, tmp_path: Path) -> str:
-    """A kubeconfig of a ServiceAccount granted deploy/rbac.yaml less list
-    and watch on resourceclaims (everything else as shipped)."""
-    shipped = {o["kind"]: o for o in yaml.safe_load_all((ROOT / "deploy" / "rbac.yaml").read_text()) if o}
+def restricted_service_account(env, deployed, kubectl: str, tmp_path: Path) -> str:
+    """A kubeconfig of a ServiceAccount of the test's namespace granted
+    deploy/rbac.yaml less list and watch on resourceclaims (all else as shipped)."""
+    shipped = {o["kind"]: o for o in deployed.rbac}  # one of each kind
     rules = []
     for rule in shipped["ClusterRole"]["rules"]:
         if "resourceclaims" in rule["resources"] and "list" in rule["verbs"]:
@@ -85,7 +86,7 @@ def restricted_service_account(env, kubectl: str, tmp_path: Path) -> str:
     env.add_cluster_object({**shipped["ClusterRoleBinding"], "metadata": {"name": name},
                             "roleRef": {**shipped["ClusterRoleBinding"]["roleRef"], "name": name},
                             "subjects": subject})
-    env.create({**shipped["Role"], "metadata": {"name": "leader-election"}})
+    env.create({**shipped["Role"], "metadata": {"name": "leader-election"}})  # the test's own Lease
     env.create({**shipped["RoleBinding"], "metadata": {"name": "leader-election"},
                 "roleRef": {**shipped["RoleBinding"]["roleRef"], "name": "leader-election"}, "subjects": subject})
     forbidden = run_kubectl(kubectl, env.kubeconfig, "auth", "can-i", "list", "resourceclaims.resource.k8s.io",
@@ -96,18 +97,18 @@ def restricted_service_account(env, kubectl: str, tmp_path: Path) -> str:
 
 
 def test_with_less_than_the_shipped_rbac_no_resourceclaims_list_frees_no_dra_gpu_and_says_so(
-        env, gpu_class, kubectl, start_scheduler, tmp_path):
+        env, deployed, gpu_class, kubectl, start_scheduler, tmp_path):
     dra_node_name, _ = dra_node(env, "dra", DGX1.read_text())  # 8 DRA GPUs, none allocated that it can see
     plain = env.add_node("plain", gpus=8)
     env.create(pod("on-dra", env.namespace, gpus=1, cpu="1", node_selector={"kubernetes.io/hostname": dra_node_name}))
     env.create(pod("on-plain", env.namespace, gpus=1, cpu="1", node_selector={"kubernetes.io/hostname": plain}))
-    kubeconfig = restricted_service_account(env, kubectl, tmp_path)
+    kubeconfig = restricted_service_account(env, deployed, kubectl, tmp_path)
     proc = start_scheduler(kubeconfig=kubeconfig)
 
-    note = f"resourceclaims may not be read (RBAC): {NOT_FREE}"
-    wait_for("/readyz ok, degraded", lambda: proc.get("/readyz") == (200, f"ok, degraded: {note}\n"), timeout=30)
     wait_for("on-plain bound (the device plugin's GPUs are served)", lambda: env.bound().get("on-plain"), timeout=30)
-    wait_for("on-dra waiting for free GPUs", lambda: unschedulable(env, "on-dra", "free device"), timeout=30)
+    placed_or_refused(env, "on-dra", "free device")
+    note = f"resourceclaims may not be read (RBAC): {NOT_FREE}"
+    assert proc.get("/readyz") == (200, f"ok, degraded: {note}\n")
     report = explain(env, tmp_path, "pod/on-dra", kubeconfig=kubeconfig)
     assert report["gpuChecklist"]["dra"]["claimsUnreadable"] == note
     reasons = {n["node"]: n["reasons"] for n in report["shapes"][0]["nodes"]}
