@@ -238,8 +238,9 @@ _TRANSIENT = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
 class ExplicitClaims:
     """Writes the allocation and reservation of pods' own claims (see the module's docstring)."""
 
-    def __init__(self, kube: Kube):
+    def __init__(self, kube: Kube, state: Callable[[], ClusterState]):
         self.kube = kube
+        self.state = state
 
     async def write(self, pod: str, pod_uid: str, allocations: tuple[ClaimAllocation, ...]) -> list[ReservedClaim]:
         """Allocate and reserve each claim for the pod; on a failure the ones
@@ -257,6 +258,11 @@ class ExplicitClaims:
     async def _reserve(self, pod: str, pod_uid: str, allocation: ClaimAllocation) -> ReservedClaim:
         added = False
         if allocation.allocate:
+            taken = self.state().dra.held_by_others(pod_uid, allocation.devices)
+            if taken:
+                raise ClaimError(f"device(s) {', '.join(taken)} of {allocation.node} for its ResourceClaim "
+                                 f"{allocation.name} are allocated in another claim")
+
             def protect(claim: dict) -> dict | None:
                 _live(claim, allocation)
                 _ours_to_allocate(claim, allocation)

@@ -122,7 +122,7 @@ def test_a_pods_own_claim_gets_its_finalizer_by_a_patch_carrying_the_resource_ve
         return {**body}  # the status PUT
     kube = ScriptedKube(answer)
     allocation = ClaimAllocation("ns", "gpus", "c1", "node-a", allocate=True, devices=(DEVICE,))
-    reserved = asyncio.run(ExplicitClaims(kube).write("p", "uid-p", (allocation,)))
+    reserved = asyncio.run(ExplicitClaims(kube, no_state()).write("p", "uid-p", (allocation,)))
     assert reserved[0].added_finalizer
     patches = [(body, kind) for method, path, body, kind in kube.sent if method == "PATCH"]
     assert [b["metadata"]["resourceVersion"] for b, _ in patches] == ["10", "11"]

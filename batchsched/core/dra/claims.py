@@ -68,7 +68,7 @@ def join_demand(pod: PodInfo, claims: Callable[[str], ResourceClaim | None],
         claim = claims(key)
         if claim is None:
             return DeviceDemand(problem=f"waiting for ResourceClaim {clip(key, 200)} (not found)")
-        if claim.partial:  # its owner and reservations are not known: joining it is not decided on
+        if claim.partial:  # only its allocation is read: whose it is and what it asks are not known
             return DeviceDemand(problem=f"ResourceClaim {clip(key, 200)}: {claim.unsupported}")
         if ref.template and claim.owner_pod != pod.uid:
             return DeviceDemand(problem=f"ResourceClaim {clip(key, 200)} was not made for this pod "
