@@ -7,6 +7,7 @@ nodes carry, and everything cluster-scoped it made is removed afterwards.
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
@@ -21,6 +22,7 @@ sys.path.insert(0, str(ROOT / "e2e"))
 
 import localcluster  # noqa: E402
 
+from tests.support.deployed import SA_USER, Deployed, rbac_of, render  # noqa: E402
 from tests.support.kube import KubeError, TestKube, wait_for  # noqa: E402
 from tests.support.objects import gpu_node  # noqa: E402
 
@@ -178,13 +180,25 @@ def shared_dir() -> Path:
     return SHARED
 
 
+@pytest.fixture(scope="session")
+def deployed(kubectl) -> Deployed:
+    """deploy/'s ServiceAccount and RBAC: what every test runs the scheduler as."""
+    return Deployed(rbac_of(render(kubectl)))
+
+
+@pytest.fixture
+def scheduler_kubeconfig(env, deployed, tmp_path) -> str:
+    """A kubeconfig of deploy/'s ServiceAccount under the shipped RBAC, whose
+    leader election may use the test's own namespace."""
+    return deployed.kubeconfig(env.kube, env.kubeconfig, env.namespace, tmp_path / "scheduler-kubeconfig")
+
+
 class SchedulerProcess:
     """batchsched run as its own process, as a user would run it."""
 
-    def __init__(self, env: Env, tmp_path: Path, name: str = "scheduler", kubeconfig: str | None = None,
-                 **config):
+    def __init__(self, env: Env, tmp_path: Path, name: str, kubeconfig: str, **config):
         self.env = env
-        self.kubeconfig = kubeconfig or env.kubeconfig
+        self.kubeconfig = kubeconfig
         self.config_path = tmp_path / f"{name}.yaml"
         self.log_path = tmp_path / f"{name}.log"
         config.setdefault("nodeSelector", env.node_label)
@@ -236,14 +250,19 @@ class SchedulerProcess:
 
 
 @pytest.fixture
-def start_scheduler(env, tmp_path, request):
+def start_scheduler(env, tmp_path, request, scheduler_kubeconfig):
+    """Starts the scheduler as deploy/'s ServiceAccount (``kubeconfig``: as
+    another identity, which the test's name says)."""
     started: list[SchedulerProcess] = []
 
     def start(kubeconfig: str | None = None, **config) -> SchedulerProcess:
-        proc = SchedulerProcess(env, tmp_path, f"scheduler-{len(started)}", kubeconfig, **config).start()
+        proc = SchedulerProcess(env, tmp_path, f"scheduler-{len(started)}", kubeconfig or scheduler_kubeconfig,
+                                **config).start()
         started.append(proc)
         return proc
 
+    audit = None if os.environ.get("KUBECONFIG") else Path(env.kubeconfig).parent / localcluster.AUDIT_LOG
+    since = audit.stat().st_size if audit is not None and audit.exists() else 0
     yield start
     for proc in started:
         proc.stop()
@@ -251,6 +270,19 @@ def start_scheduler(env, tmp_path, request):
     if failed is not None and failed.failed:
         for proc in started:
             print(f"--- scheduler log (tail) ---\n{proc.log()[-6000:]}")
+    elif audit is not None and started:
+        # as deployed, on every path a test takes: nothing the scheduler asked was refused by RBAC
+        refused = refused_requests(audit, since, SA_USER)
+        assert not refused, f"the shipped RBAC refused the scheduler: {refused[:10]}"
+
+
+def refused_requests(audit: Path, since: int, user: str) -> list[str]:
+    """Requests by ``user`` that authorization refused, from byte ``since`` of the audit log."""
+    with audit.open() as log:
+        log.seek(since)
+        events = [json.loads(line) for line in log if line.strip()]
+    return [f"{e['verb']} {e['requestURI']}" for e in events if e["user"]["username"] == user
+            and e.get("annotations", {}).get("authorization.k8s.io/decision") == "forbid"]
 
 
 @pytest.hookimpl(hookwrapper=True)

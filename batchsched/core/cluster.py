@@ -151,7 +151,7 @@ class ClusterState:
         if old is not None:
             self._unindex(old)
             del self._seq[uid]
-        self._dra_changed(self.dra.forget_allocation(uid))  # what was assumed for it is moot
+        self._dra_changed(self.dra.forget_pod(uid))  # what was in flight for it is moot
         if given is not None:
             self._rejoin(_claim_keys(given))
         return old
@@ -246,14 +246,18 @@ class ClusterState:
         if old is not None:
             self._rejoin({old.key})
 
-    def assume_allocation(self, pod_uid: str, devices: tuple[AllocatedDevice, ...]) -> None:
-        """Devices this scheduler is allocating to the pod's claim: in use
-        until a claim reserved for the pod shows an allocation, the pod goes,
-        or ``forget_allocation``; a relist keeps them."""
-        self._dra_changed(self.dra.assume_allocation(pod_uid, devices))
+    def assume_allocation(self, pod_uid: str, by_claim: Mapping[str, tuple[AllocatedDevice, ...]]) -> int:
+        """Devices this scheduler is allocating to the pod's claims (claim
+        uid, or ``EXTENDED_CLAIM``, -> devices) in a new binding attempt:
+        in use until the claim is seen reserved for the pod and holding
+        them, the pod goes, or ``forget_allocation`` of the attempt; a
+        relist keeps them.  The attempt's number."""
+        attempt, touched = self.dra.assume_allocation(pod_uid, by_claim)
+        self._dra_changed(touched)
+        return attempt
 
-    def forget_allocation(self, pod_uid: str) -> None:
-        self._dra_changed(self.dra.forget_allocation(pod_uid))
+    def forget_allocation(self, pod_uid: str, attempt: int) -> None:
+        self._dra_changed(self.dra.forget_allocation(pod_uid, attempt))
 
     def dra_allocated(self, name: str) -> int:
         """How many of the node's DRA GPUs are in use (allocated or assumed)."""

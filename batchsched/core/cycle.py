@@ -27,6 +27,7 @@ from batchsched.core.dra import claims
 from batchsched.core.dra.claims import ClaimAllocation
 from batchsched.core.dra.extended import ExtendedClaim, extended_claim
 from batchsched.core.dra.model import AllocatedDevice
+from batchsched.core.dra.state import EXTENDED_CLAIM
 from batchsched.core.gangs import Gang, GangChanges, GangIndex, foreign_note, members_selector
 from batchsched.core.model import GroupSpec, PodInfo, TopologyPolicy
 from batchsched.core.placement.capacity import CapacityIndex, NodeEntry, cluster_capacity, kept_index, shape_key
@@ -35,7 +36,7 @@ from batchsched.core.placement.gang import (Assignment, GangPlan, PlanFailure, m
                                             plan_gang)
 from batchsched.core.preemption.plan import NominationHolds, NoPreemption, plan_preemption
 from batchsched.core.preemption.policy import PreemptionPolicy, PreemptionState
-from batchsched.core.placement.fit import REASON_RESERVED
+from batchsched.core.placement.fit import REASON_RESERVED, serves_through_extended_claim
 from batchsched.core.queueing.lending import lent_pods, may_borrow
 from batchsched.core.queueing.queue import GangQueue, Reservation
 from batchsched.core.queueing.runtime import KILL_GRACE_SECONDS, expected_end, overran_hint, runtime_bound
@@ -73,10 +74,12 @@ class Binding:
     claims: tuple[ClaimAllocation, ...] = ()
 
     @property
-    def devices(self) -> tuple[AllocatedDevice, ...]:
-        """Every device its claims are given: assumed in use from the decision on."""
-        own = self.claim.devices if self.claim is not None else ()
-        return own + tuple(d for c in self.claims for d in c.devices)
+    def allocations(self) -> dict[str, tuple[AllocatedDevice, ...]]:
+        """The devices each claim is given (by claim uid; the extended-resource
+        claim, not made yet, as ``EXTENDED_CLAIM``): in flight from the decision on."""
+        given = {EXTENDED_CLAIM: self.claim.devices} if self.claim is not None else {}
+        given.update((c.uid, c.devices) for c in self.claims if c.devices)
+        return given
 
 
 @dataclass(frozen=True)
@@ -472,9 +475,8 @@ def _claim_of(snapshot: Snapshot, assignment: Assignment) -> ExtendedClaim | Non
     """The extended-resource claim of a pod given GPUs where DRA serves them
     (raises ExtendedClaimError, its gang's verdict, when it cannot have one)."""
     node = snapshot.nodes[assignment.node_name]
-    demand = assignment.pod.device_demand
-    if not node.gpus_by_dra or not assignment.pod.requests.get(GPU_RESOURCE, 0) or (demand and demand.asks_devices):
-        return None  # (a pod whose own claims ask GPUs gets them there)
+    if not node.gpus_by_dra or not serves_through_extended_claim(assignment.pod):
+        return None
     return extended_claim(node, assignment.pod, assignment.gpu_ids, snapshot.cluster.dra.classes)
 
 

@@ -20,7 +20,7 @@ from batchsched.core.dra.demand import DeviceDemand
 from batchsched.core.gangs import Gang, GangIndex
 from batchsched.core.model import NodeInfo, TopologyPolicy, device_plugin_gpus
 from batchsched.core.placement.capacity import CapacityIndex
-from batchsched.core.placement.fit import resource_reasons, static_reasons
+from batchsched.core.placement.fit import out_where_dra_serves_gpus, resource_reasons, static_reasons
 from batchsched.core.placement.gang import min_resources_beyond, never_fits
 from batchsched.core.placement.gpus import in_dra_terms, pick_gpus, static_reason
 from batchsched.core.queues.book import REASON_QUEUE_AT_LIMIT, QueueBook, flows_said
@@ -143,8 +143,9 @@ def explain_gang(snapshot: Snapshot, gang_key: str, config: CoreConfig = CoreCon
     report.data["shapes"] = []
     shapes: dict[tuple, list] = {}
     for pod in gang.pending:
-        shapes.setdefault((tuple(sorted(pod.requests.items())), pod.device_demand), []).append(pod)
-    for (shape, demand), pods in shapes.items():
+        shapes.setdefault((tuple(sorted(pod.requests.items())), pod.device_demand, out_where_dra_serves_gpus(pod)),
+                          []).append(pod)
+    for (shape, demand, _), pods in shapes.items():
         pod = pods[0]
         asks = ", ".join(f"{k}={res.format_amount(k, v)}" for k, v in shape)
         report.add(f"{len(pods)} pending pod(s) like {pod.name} asking {asks}:")

@@ -56,6 +56,7 @@ class BindRequest:
     gpu_ids: tuple[int, ...] = ()
     claim: ExtendedClaim | None = None  # written (shell/claims.py) before the binding is sent
     claims: tuple[ClaimAllocation, ...] = ()  # its own claims: allocated or reserved before the binding is sent
+    attempt: int = 0  # what its claims' devices are in flight under (ClusterState.assume_allocation)
 
 
 @dataclass(frozen=True)

@@ -23,8 +23,9 @@ a pod never has two.
 
 A pod's own claims (``spec.resourceClaims``; ``core/dra/claims.py`` decides
 their allocation) are written in place, as kube-scheduler's DRA plugin
-writes them: the finalizer ``resource.kubernetes.io/delete-protection`` by a
-normal update, then one status update with ``allocation`` and the pod
+writes them: the finalizer ``resource.kubernetes.io/delete-protection`` (by a
+merge patch carrying the resourceVersion read, since the shipped RBAC grants
+patch, not update, on claims), then one status update with ``allocation`` and the pod
 appended to ``reservedFor`` (a claim allocated already only gets the
 reservation); each read again and retried on a conflict.  Undone, the pod
 leaves ``reservedFor``, and a claim we allocated that no one else reserved
@@ -133,7 +134,9 @@ class ClaimWriter:
         """Create, allocate and reserve the pod's claim and point its status
         at it; on failure nothing of it is left (or the sweep removes it)."""
         for old in self.leftovers(namespace, pod_uid):
-            await self.delete(WrittenClaim(old.namespace, old.name, old.uid))
+            if not await self.delete(WrittenClaim(old.namespace, old.name, old.uid)):
+                # a second claim beside it would leave the pod two: wait for the sweep
+                raise ClaimError(f"its leftover ResourceClaim {old.name} could not be deleted yet")
         taken = self.state().dra.held_by_others(pod_uid, claim.devices)
         if taken:
             raise ClaimError(f"device(s) {', '.join(taken)} of {claim.node} are allocated in another claim")
@@ -175,7 +178,7 @@ class ClaimWriter:
                 if (current.get("metadata") or {}).get("uid") != meta.get("uid"):
                     raise ClaimError("its ResourceClaim was replaced while being allocated")
                 allocated = (current.get("status") or {}).get("allocation")
-                if allocated == status["allocation"]:
+                if allocated and same_allocation(allocated, status["allocation"]):
                     return  # an earlier try was committed, its answer lost
                 if allocated:
                     raise ClaimError("its ResourceClaim was allocated by someone else meanwhile")
@@ -235,8 +238,9 @@ _TRANSIENT = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
 class ExplicitClaims:
     """Writes the allocation and reservation of pods' own claims (see the module's docstring)."""
 
-    def __init__(self, kube: Kube):
+    def __init__(self, kube: Kube, state: Callable[[], ClusterState]):
         self.kube = kube
+        self.state = state
 
     async def write(self, pod: str, pod_uid: str, allocations: tuple[ClaimAllocation, ...]) -> list[ReservedClaim]:
         """Allocate and reserve each claim for the pod; on a failure the ones
@@ -254,6 +258,11 @@ class ExplicitClaims:
     async def _reserve(self, pod: str, pod_uid: str, allocation: ClaimAllocation) -> ReservedClaim:
         added = False
         if allocation.allocate:
+            taken = self.state().dra.held_by_others(pod_uid, allocation.devices)
+            if taken:
+                raise ClaimError(f"device(s) {', '.join(taken)} of {allocation.node} for its ResourceClaim "
+                                 f"{allocation.name} are allocated in another claim")
+
             def protect(claim: dict) -> dict | None:
                 _live(claim, allocation)
                 _ours_to_allocate(claim, allocation)
@@ -328,9 +337,10 @@ class ExplicitClaims:
         return True
 
     async def _update(self, target: ClaimAllocation, change: Callable[[dict], dict | None], status: bool) -> bool:
-        """Read the claim, ``change`` it (None: nothing to do), PUT it (its
-        status subresource when ``status``); a conflict or a transient
-        failure reads again and retries.  True when a write was made."""
+        """Read the claim, ``change`` it (None: nothing to do), write it (a
+        PUT of its status subresource when ``status``, else a patch of its
+        finalizers); a conflict or a transient failure reads again and
+        retries.  True when a write was made."""
         path = f"{claims_path(target.namespace)}/{quote(target.name)}" + ("/status" if status else "")
         error = ""
         for attempt in range(STATUS_TRIES):
@@ -341,7 +351,10 @@ class ExplicitClaims:
                 changed = change(claim)
                 if changed is None:
                     return False
-                await self.kube.request("PUT", path, body=changed)
+                if status:
+                    await self.kube.request("PUT", path, body=changed)
+                else:  # the finalizers alone, as a patch: the shipped RBAC grants patch, not update
+                    await self.kube.merge_patch(path, _finalizers_patch(changed))
                 return True
             except ApiError as exc:
                 error = _why(exc)
@@ -364,6 +377,15 @@ class ExplicitClaims:
         return claim
 
 
+def _finalizers_patch(claim: dict) -> dict:
+    """A merge patch setting the claim's finalizers; its resourceVersion makes
+    the server refuse it (409) if the claim changed since it was read, as an
+    update would, and its uid if the claim was replaced."""
+    meta = claim.get("metadata") or {}
+    return {"metadata": {"uid": meta.get("uid"), "resourceVersion": meta.get("resourceVersion"),
+                         "finalizers": list(meta.get("finalizers") or [])}}
+
+
 def _allocation(allocation: ClaimAllocation) -> dict:
     devices = _results(allocation.devices)
     if allocation.config:
@@ -380,6 +402,33 @@ def _on_node(node: str) -> dict:
     return {"nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]}
 
 
+def same_allocation(found: object, wanted: dict) -> bool:
+    """Whether the allocation read back means ``wanted``: the same devices
+    (request, driver, pool, device) on the same nodes.  Compared by meaning,
+    not as dicts: the server may add fields (a result's ``adminAccess``,
+    ``allocationTimestamp``) or order them otherwise."""
+    return _meaning(found) == _meaning(wanted)
+
+
+def _meaning(allocation: object) -> tuple[frozenset, frozenset] | None:
+    if not isinstance(allocation, dict):
+        return None
+    results = ((allocation.get("devices") or {}).get("results") or []) \
+        if isinstance(allocation.get("devices"), dict) else []
+    devices = frozenset((r.get("request"), r.get("driver"), r.get("pool"), r.get("device"))
+                        for r in results if isinstance(r, dict))
+    terms = (allocation.get("nodeSelector") or {}).get("nodeSelectorTerms") \
+        if isinstance(allocation.get("nodeSelector"), dict) else None
+    return devices, frozenset(_term_meaning(t) for t in terms or [] if isinstance(t, dict))
+
+
+def _term_meaning(term: dict) -> tuple:
+    def requirements(key: str) -> frozenset:
+        return frozenset((r.get("key"), r.get("operator"), frozenset(map(str, r.get("values") or [])))
+                         for r in term.get(key) or [] if isinstance(r, dict))
+    return requirements("matchFields"), requirements("matchExpressions")
+
+
 def _live(claim: dict, allocation: ClaimAllocation) -> None:
     if (claim.get("metadata") or {}).get("deletionTimestamp"):  # kube-scheduler allocates none such
         raise ClaimError(f"its ResourceClaim {allocation.name} is being deleted")
@@ -390,7 +439,7 @@ def _ours_to_allocate(claim: dict, allocation: ClaimAllocation) -> bool:
     found = (claim.get("status") or {}).get("allocation")
     if not found:
         return False
-    if found == _allocation(allocation):
+    if same_allocation(found, _allocation(allocation)):
         return True
     raise ClaimError(f"its ResourceClaim {allocation.name} was allocated by someone else meanwhile")
 

@@ -75,7 +75,7 @@ class Scheduler:
         self.binder = Binder(kube, config.binding.parallelism, config.binding.retries)
         self.binder.settled_by_watch = self._settled_by_watch
         self.claims = ClaimWriter(kube, lambda: self.cache.state)
-        self.explicit = ExplicitClaims(kube)
+        self.explicit = ExplicitClaims(kube, lambda: self.cache.state)
         self._claim_slots = asyncio.Semaphore(config.binding.parallelism)
         self._claims_swept = 0.0
         self._claims_deleting: set[str] = set()  # claim uids
@@ -247,14 +247,16 @@ class Scheduler:
             for task in self.evictor.expire_nominations():
                 self._track(task)
         if plan.bindings:
-            requests = [BindRequest(b.pod_uid, b.namespace, b.pod_name, b.node_name, b.gang_key, b.gpu_ids, b.claim,
-                                    b.claims) for b in plan.bindings]
             eligible_since = self._quorum_eligible_since(plan, snapshot)  # before assuming changes it
+            by_gang: dict[str, list[BindRequest]] = {}
             for b in plan.bindings:
                 self.cache.assume(b.pod_uid, b.node_name, b.gpu_ids)
-                if b.devices:  # its devices are taken from now, like its room
-                    self.cache.state.assume_allocation(b.pod_uid, b.devices)
-            self._spawn(self._bind(requests, eligible_since))
+                attempt = self.cache.state.assume_allocation(b.pod_uid, b.allocations)  # taken from now, like its room
+                by_gang.setdefault(b.gang_key, []).append(BindRequest(
+                    b.pod_uid, b.namespace, b.pod_name, b.node_name, b.gang_key, b.gpu_ids, b.claim, b.claims,
+                    attempt))
+            for key, requests in by_gang.items():
+                self._spawn(self._bind_gang(key, requests, eligible_since.get(key)))
         if time.monotonic() - self._claims_swept > 1.0:
             self._claims_swept = time.monotonic()
             self._sweep_leftover_claims()
@@ -329,75 +331,67 @@ class Scheduler:
         pod = self.cache.pods.get(uid)
         return pod is not None and pod.node_name == node
 
-    async def _bind(self, requests: list[BindRequest], eligible_since: dict[str, float]) -> None:
-        by_gang: dict[str, list[BindResult]] = {}
-        refused: set[str] = set()
+    async def _bind_gang(self, key: str, requests: list[BindRequest], eligible_since: float | None) -> None:
+        """One gang's pipeline: its claims, then its bindings.  Each gang a
+        cycle places has its own, so a gang whose claims are slow to write
+        holds up no other gang's bindings, and each gang's outcome (its
+        partial-gang clock, its time to bind) is its own."""
         written: dict[str, PodClaims] = {}  # pod uid -> its claims, written for this binding
-        if any(_has_claims(r) for r in requests):
-            requests = await self._write_claims(requests, written)
+        if any(_has_claims(r) for r in requests) and not await self._write_claims(key, requests, written):
+            return
+        outcomes: list[BindResult] = []
+        refused = False
         async for result in self.binder.bind_each(requests):
-            key = result.request.gang_key
-            by_gang.setdefault(key, []).append(result)
+            outcomes.append(result)
+            req = result.request
             if not result.ok:
-                self.cache.forget(result.request.uid)  # first: its room is free whatever follows
-                if result.request.uid in written:  # kube-scheduler's Unreserve: the claim goes too
-                    self._spawn(self._undo_claim(result.request.uid, written.pop(result.request.uid)))
-                if key not in refused:  # at once, so the next cycle does not retry it; once a batch
-                    refused.add(key)
+                if req.uid in written:  # kube-scheduler's Unreserve: the claims go too, then the pod is free
+                    self._spawn(self._undo_then_unassume(req, written.pop(req.uid)))
+                else:
+                    self._unassume(req)  # at once: its room is free whatever follows
+                if not refused:  # at once, so the next cycle does not retry it; once a batch
+                    refused = True
                     self.queue.record_bind_refused(key, time.time())  # refused or gone: not for want of room
             try:
                 self._bound(result)
             except Exception:  # noqa: BLE001 - an event or a metric must not lose the other outcomes
-                log.exception("recording the binding of %s/%s failed", result.request.namespace,
-                              result.request.name)
-        finished = time.time()
-        for key, outcomes in by_gang.items():
-            bound = [r.request.name for r in outcomes if r.ok]
-            if key not in refused:
-                self.queue.record_bound(key)
-            log.info("bound %d of %d pod(s)", len(bound), len(outcomes), extra=decision(key, bound))
-            if key in eligible_since and len(bound) == len(outcomes):
-                self.metrics.gang_e2e_duration.observe(finished - eligible_since[key])
+                log.exception("recording the binding of %s/%s failed", req.namespace, req.name)
+        bound = [r.request.name for r in outcomes if r.ok]
+        if not refused:
+            self.queue.record_bound(key)
+        log.info("bound %d of %d pod(s)", len(bound), len(outcomes), extra=decision(key, bound))
+        if eligible_since is not None and len(bound) == len(outcomes):
+            self.metrics.gang_e2e_duration.observe(time.time() - eligible_since)
 
-    async def _write_claims(self, requests: list[BindRequest], written: dict[str, PodClaims]) -> list[BindRequest]:
-        """Write the claims of every gang's pods placed where DRA serves
-        nvidia.com/gpu, and allocate or reserve their own claims; the
-        requests left to bind: those of the gangs whose claims were all written.  A gang with one claim not written binds no
-        member: the claims written for it are deleted, its pods unassumed,
-        and it backs off like a refused binding."""
-        by_gang: dict[str, list[BindRequest]] = {}
-        for r in requests:
-            by_gang.setdefault(r.gang_key, []).append(r)
-        failed = set()
-
-        async def write_gang(key: str, members: list[BindRequest]) -> None:
-            asking = [r for r in members if _has_claims(r)]
-            outcomes = await asyncio.gather(*(self._write_claim(r) for r in asking), return_exceptions=True)
-            errors = {r.uid: o for r, o in zip(asking, outcomes) if isinstance(o, BaseException)}
-            done = {r.uid: o for r, o in zip(asking, outcomes) if isinstance(o, PodClaims)}
-            if not errors:
-                written.update(done)
-                return
-            failed.add(key)
-            await asyncio.gather(*(self._undo_claim(uid, claim) for uid, claim in done.items()))
-            first = next(r for r in asking if r.uid in errors)
-            why = errors[first.uid]
-            for r in members:
-                self.cache.state.forget_allocation(r.uid)
-                self.cache.forget(r.uid)
-                message = (f"{why}" if r.uid in errors else
-                           f"not bound: a ResourceClaim of gang member {first.name} was not written ({why})")
-                self.metrics.bind_errors.inc()
-                log.warning("%s/%s: %s", r.namespace, r.name, message, extra=decision(key, [r.name], node=r.node))
-                self.events.emit(pod_ref(r.namespace, r.name, r.uid), "Warning", "FailedBinding",
-                                 f"Binding to {r.node} failed: {message}")
-            self.queue.record_bind_refused(key, time.time())
-
+    async def _write_claims(self, key: str, members: list[BindRequest], written: dict[str, PodClaims]) -> bool:
+        """Write the claims of the gang's pods placed where DRA serves
+        nvidia.com/gpu, and allocate or reserve their own claims, into
+        ``written``; True when all were written.  A gang with one claim not
+        written binds no member: the claims written for it are undone, its
+        pods unassumed, and it backs off like a refused binding."""
+        asking = [r for r in members if _has_claims(r)]
         started = time.monotonic()
-        await asyncio.gather(*(write_gang(k, m) for k, m in by_gang.items() if any(_has_claims(r) for r in m)))
-        log.info("ResourceClaims of %d pod(s) written in %.2f s (%d gang(s) refused)", len(written),
-                 time.monotonic() - started, len(failed))
-        return [r for r in requests if r.gang_key not in failed]
+        outcomes = await asyncio.gather(*(self._write_claim(r) for r in asking), return_exceptions=True)
+        errors = {r.uid: o for r, o in zip(asking, outcomes) if isinstance(o, BaseException)}
+        done = {r.uid: o for r, o in zip(asking, outcomes) if isinstance(o, PodClaims)}
+        log.info("ResourceClaims of %d pod(s) written in %.2f s%s", len(done), time.monotonic() - started,
+                 " (gang refused)" if errors else "", extra=decision(key, [r.name for r in asking]))
+        if not errors:
+            written.update(done)
+            return True
+        await asyncio.gather(*(self._undo_claim(uid, claim) for uid, claim in done.items()))
+        first = next(r for r in asking if r.uid in errors)
+        why = errors[first.uid]
+        for r in members:
+            self._unassume(r)
+            message = (f"{why}" if r.uid in errors else
+                       f"not bound: a ResourceClaim of gang member {first.name} was not written ({why})")
+            self.metrics.bind_errors.inc()
+            log.warning("%s/%s: %s", r.namespace, r.name, message, extra=decision(key, [r.name], node=r.node))
+            self.events.emit(pod_ref(r.namespace, r.name, r.uid), "Warning", "FailedBinding",
+                             f"Binding to {r.node} failed: {message}")
+        self.queue.record_bind_refused(key, time.time())
+        return False
 
     async def _write_claim(self, r: BindRequest) -> PodClaims:
         """The pod's extended-resource claim, then its own claims; a failure
@@ -423,7 +417,23 @@ class Scheduler:
             await self.claims.delete(written.extended)
         for reserved in reversed(written.reserved):
             await self.explicit.undo(pod_uid, reserved)
-        self.cache.state.forget_allocation(pod_uid)
+
+    async def _undo_then_unassume(self, r: BindRequest, written: PodClaims) -> None:
+        """A binding refused after its claims were written: they are undone,
+        and only then is the pod unassumed.  Till then its devices stay in
+        flight and the pod is not placed again, so neither another pod nor
+        the pod's next attempt is given what the claims still hold."""
+        try:
+            await self._undo_claim(r.uid, written)
+        finally:
+            self._unassume(r)
+
+    def _unassume(self, r: BindRequest) -> None:
+        """The attempt did not bind: its in-flight devices and the pod's
+        room are released together (the devices of another attempt of the
+        pod are left alone)."""
+        self.cache.state.forget_allocation(r.uid, r.attempt)
+        self.cache.forget(r.uid)
 
     def _sweep_leftover_claims(self) -> None:
         """Extended-resource claims of our pods that are neither bound nor

@@ -15,6 +15,7 @@ import localcluster
 from tests.chaos.invariants import assert_invariants, wait_quiescent
 from tests.chaos.proxy import FaultProxy
 from tests.conftest import Env, SchedulerProcess
+from tests.support.deployed import token_of
 from tests.support.kube import wait_for
 from tests.support.objects import pod, pod_group
 
@@ -48,14 +49,17 @@ def proxy(kubeconfig):
 class Chaos:
     """One scenario's cluster slice, proxy and scheduler replicas."""
 
-    def __init__(self, env: Env, proxy: FaultProxy, tmp_path, start_scheduler):
+    def __init__(self, env: Env, proxy: FaultProxy, tmp_path, start_scheduler, scheduler_token: str):
         self.env, self.proxy, self.tmp_path = env, proxy, tmp_path
         self._start_scheduler = start_scheduler
+        self.scheduler_token = scheduler_token
         self.replicas: dict[str, SchedulerProcess] = {}
 
     def start(self, name: str = "replica-0", **config) -> SchedulerProcess:
-        """A scheduler replica whose every request goes through the proxy as client ``name``."""
-        replica = self._start_scheduler(kubeconfig=str(self.proxy.add_client(name, self.tmp_path)), **config)
+        """A scheduler replica whose every request goes through the proxy as
+        client ``name``, as deploy/'s ServiceAccount."""
+        kubeconfig = self.proxy.add_client(name, self.tmp_path, self.scheduler_token)
+        replica = self._start_scheduler(kubeconfig=str(kubeconfig), **config)
         self.replicas[name] = replica
         return replica
 
@@ -101,8 +105,8 @@ def assert_alive_and_ready(replicas: list[SchedulerProcess]) -> None:
 
 
 @pytest.fixture
-def chaos(env, proxy, tmp_path, start_scheduler) -> Chaos:
-    return Chaos(env, proxy, tmp_path, start_scheduler)
+def chaos(env, proxy, tmp_path, start_scheduler, scheduler_kubeconfig) -> Chaos:
+    return Chaos(env, proxy, tmp_path, start_scheduler, token_of(scheduler_kubeconfig))
 
 
 @pytest.fixture(scope="module")

@@ -13,6 +13,9 @@ violations as sentences, so a failing scenario says what broke:
 * no GPU id held twice on a node by live pods the scheduler bound
   (annotation ``scheduling.batchsched.io/gpu-ids``), and none outside the
   node's GPUs; pods of other schedulers count by number, in the sum above;
+* no DRA device in two claims' ``status.allocation`` (results with admin
+  access or a share id excepted: the API lets those share), and no claim
+  allocated on one node and reserved for a pod bound to another;
 * at quiescence, every gang has 0 or at least ``minMember`` members bound;
 * from the fault proxy's record, no write committed by a deposed leader
   after the next leader's first write.
@@ -25,7 +28,7 @@ from collections import defaultdict
 from fractions import Fraction
 from typing import Iterable
 
-from tests.support.kube import TestKube, wait_for
+from tests.support.kube import KubeError, TestKube, wait_for
 
 GROUP = "scheduling.batchsched.io"
 POD_GROUP_LABEL = f"{GROUP}/pod-group"
@@ -133,6 +136,47 @@ def gpu_id_conflicts(kube: TestKube, nodes: Iterable[str], scheduler: str = SCHE
     return violations
 
 
+def claim_conflicts(kube: TestKube, namespace: str) -> list[str]:
+    """Devices in two claims (all namespaces: a device is the cluster's), and
+    claims of ``namespace`` reserved for a pod bound off their node."""
+    try:
+        claims = kube.get("/apis/resource.k8s.io/v1/resourceclaims")["items"]
+    except KubeError as exc:
+        if exc.status == 404:  # no DRA served: nothing to hold
+            return []
+        raise
+    violations = []
+    holders: dict[tuple[str, str, str], list[str]] = defaultdict(list)
+    pods = {p["metadata"]["uid"]: p for p in kube.pods(namespace)}
+    for claim in claims:
+        meta, allocation = claim["metadata"], (claim.get("status") or {}).get("allocation") or {}
+        name = f"{meta['namespace']}/{meta['name']}"
+        for result in (allocation.get("devices") or {}).get("results") or []:
+            if not result.get("adminAccess") and not result.get("shareID"):
+                holders[(result["driver"], result["pool"], result["device"])].append(name)
+        node = allocated_node(allocation)
+        if meta["namespace"] != namespace or not node:
+            continue
+        for reserved in (claim.get("status") or {}).get("reservedFor") or []:
+            bound_to = ((pods.get(reserved.get("uid")) or {}).get("spec") or {}).get("nodeName")
+            if bound_to and bound_to != node:
+                violations.append(f"claim {name} allocated on {node} is reserved for pod {reserved.get('name')}, "
+                                  f"bound to {bound_to}")
+    violations += [f"device {'/'.join(device)} allocated in {len(names)} claims: {sorted(names)}"
+                   for device, names in sorted(holders.items()) if len(names) > 1]
+    return violations
+
+
+def allocated_node(allocation: dict) -> str:
+    """The one node an allocation's nodeSelector names by ``metadata.name``, else ""."""
+    terms = (allocation.get("nodeSelector") or {}).get("nodeSelectorTerms") or []
+    fields = [f for t in terms for f in t.get("matchFields") or []]
+    if len(terms) == 1 and len(fields) == 1 and fields[0].get("key") == "metadata.name" \
+            and fields[0].get("operator") == "In" and len(fields[0].get("values") or []) == 1:
+        return fields[0]["values"][0]
+    return ""
+
+
 def partial_gangs(kube: TestKube, namespace: str) -> list[str]:
     """Gangs with some but fewer than minMember members bound (judge at quiescence)."""
     groups = kube.get(f"/apis/{GROUP}/v1alpha1/namespaces/{namespace}/podgroups")["items"]
@@ -172,7 +216,8 @@ def deposed_leader_writes(records) -> list[str]:
 def violations(kube: TestKube, namespace: str, nodes: Iterable[str], records=None,
                scheduler: str = SCHEDULER_NAME) -> list[str]:
     nodes = list(nodes)
-    found = overcommitted_nodes(kube, nodes) + gpu_id_conflicts(kube, nodes, scheduler) + partial_gangs(kube, namespace)
+    found = (overcommitted_nodes(kube, nodes) + gpu_id_conflicts(kube, nodes, scheduler)
+             + claim_conflicts(kube, namespace) + partial_gangs(kube, namespace))
     if records is not None:
         found += deposed_leader_writes(records)
     return found

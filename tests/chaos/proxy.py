@@ -215,16 +215,17 @@ class FaultProxy:
 
     # ---- clients ---------------------------------------------------------------
 
-    def add_client(self, name: str, directory: Path) -> Path:
-        """A port of its own for ``name``; returns a kubeconfig that points there."""
+    def add_client(self, name: str, directory: Path, token: str | None = None) -> Path:
+        """A port of its own for ``name``; returns a kubeconfig that points
+        there, authenticating with ``token`` (default: the proxy's own, admin)."""
         port = self._call(self._listen(name))
         self.urls[name] = f"http://127.0.0.1:{port}"
         path = Path(directory) / f"kubeconfig-{name}"
         path.write_text(json.dumps({
             "apiVersion": "v1", "kind": "Config",
             "clusters": [{"name": "chaos", "cluster": {"server": self.urls[name]}}],
-            "users": [{"name": "admin", "user": {"token": self.token}}],
-            "contexts": [{"name": "chaos", "context": {"cluster": "chaos", "user": "admin"}}],
+            "users": [{"name": "client", "user": {"token": token or self.token}}],
+            "contexts": [{"name": "chaos", "context": {"cluster": "chaos", "user": "client"}}],
             "current-context": "chaos",
         }))
         return path

@@ -13,6 +13,7 @@ import pytest
 from tests.chaos import invariants
 from tests.chaos.proxy import Record, call
 from tests.conftest import ROOT
+from tests.support import dra
 from tests.support.kube import wait_for
 from tests.support.objects import configmap, pod, pod_group
 
@@ -133,3 +134,19 @@ def test_the_leader_check_reads_the_proxys_record(env, proxy, tmp_path):
         assert call(proxy, client, "POST", path, configmap(name))[0] == 201
     (violation,) = invariants.deposed_leader_writes(proxy.records)
     assert f"POST {path} by deposed leader 'old'" in violation
+
+
+def test_a_device_in_two_claims_or_a_claim_reserved_for_a_pod_bound_elsewhere_is_found(env):
+    node, other = env.add_node("n", gpus=0), env.add_node("m", gpus=0)
+    claims = f"/apis/resource.k8s.io/v1/namespaces/{env.namespace}/resourceclaims"
+    for name, devices in (("a", ["gpu-0", "gpu-1"]), ("b", ["gpu-1"]), ("c", ["gpu-2"])):
+        env.create(dra.claim(name, len(devices)))
+        env.kube.merge_patch(f"{claims}/{name}/status", {"status": {"allocation": dra.allocation(node, devices)}})
+    bound_pod(env, "p", other, cpu="1")
+    uid = env.kube.get(f"/api/v1/namespaces/{env.namespace}/pods/p")["metadata"]["uid"]
+    env.kube.merge_patch(f"{claims}/c/status", {"status": {"reservedFor": [
+        {"resource": "pods", "name": "p", "uid": uid}]}})
+    assert sorted(found(env)) == sorted([
+        f"device {dra.DRIVER}/{node}/gpu-1 allocated in 2 claims: ['{env.namespace}/a', '{env.namespace}/b']",
+        f"claim {env.namespace}/c allocated on {node} is reserved for pod p, bound to {other}",
+    ])

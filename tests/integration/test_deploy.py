@@ -35,9 +35,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 sys.path.insert(0, str(ROOT / "tools"))
 from lock_requirements import lock_text, tools_lock_text  # noqa: E402
-NAMESPACE, SERVICE_ACCOUNT = "batchsched-system", "batchsched"
-SA_USER = f"system:serviceaccount:{NAMESPACE}:{SERVICE_ACCOUNT}"
-RBAC_KINDS = {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
+from tests.support.deployed import NAMESPACE, RBAC_KINDS, SA_USER, SERVICE_ACCOUNT  # noqa: E402
 
 
 def apply(binary: str, kubeconfig: str, objects: list[dict]) -> None:

@@ -1,8 +1,9 @@
 """Pods' own ResourceClaims against the real API server (v1.37.2) and the
 real resourceclaim controller (kube-controller-manager): claims made from
 ResourceClaimTemplates are allocated with the NVLink set batchsched chose
-(finalizer by a normal update, then one status update with allocation and
-reservedFor), a claim shared by two pods is allocated once and reserved for
+(the finalizer by a merge patch carrying the resourceVersion, then one
+status update with allocation and reservedFor), by the scheduler's own
+ServiceAccount under deploy/rbac.yaml, as every test here runs it, a claim shared by two pods is allocated once and reserved for
 both, devices allocated by someone else are left alone, a claim asking all devices gets
 every GPU of a node where none is taken, and a form batchsched does not
 allocate is refused with a condition.  Every scenario checks that

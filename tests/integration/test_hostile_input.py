@@ -80,7 +80,7 @@ def test_hostile_podgroup_and_nodes_are_reported_and_a_good_gang_is_still_bound(
     assert "huge-0" not in env.bound()
 
 
-def test_a_reflector_outlives_failing_updates_and_is_out_of_step_until_its_relist(env):
+def test_a_reflector_outlives_failing_updates_and_is_out_of_step_until_its_relist(env, scheduler_kubeconfig):
     """The updates fail in our own code (any exception, RecursionError
     included); the API server is real.  Each failure relists."""
     name = env.add_node("watched")
@@ -101,7 +101,7 @@ def test_a_reflector_outlives_failing_updates_and_is_out_of_step_until_its_relis
         applied.append((event_type, obj["metadata"]["name"]))
 
     async def scenario() -> None:
-        kube = await Kube.connect(env.kubeconfig)
+        kube = await Kube.connect(scheduler_kubeconfig)
         reflector = Reflector(kube, "/api/v1/nodes", "nodes", convert, replace, apply,
                               on_restart=lambda kind, why: errors.append((kind, why, reflector.error)))
         task = asyncio.create_task(reflector.run())
@@ -125,7 +125,7 @@ def test_a_reflector_outlives_failing_updates_and_is_out_of_step_until_its_relis
     asyncio.run(scenario())
 
 
-def test_the_scheduling_loop_outlives_a_failing_cycle(env, monkeypatch):
+def test_the_scheduling_loop_outlives_a_failing_cycle(env, monkeypatch, scheduler_kubeconfig):
     """A whole cycle raising (injected into the decision core's entry point;
     the API server is real) is logged, counted and followed by the next one."""
     from batchsched.config import SchedulerConfig
@@ -146,7 +146,7 @@ def test_the_scheduling_loop_outlives_a_failing_cycle(env, monkeypatch):
     monkeypatch.setattr(scheduler_module, "schedule_cycle", first_cycle_fails)
 
     async def scenario() -> float | None:
-        kube = await Kube.connect(env.kubeconfig)
+        kube = await Kube.connect(scheduler_kubeconfig)
         config = SchedulerConfig.model_validate({"nodeSelector": env.node_label, "metricsBindAddress": "0"})
         scheduler = scheduler_module.Scheduler(kube, config)
         task = asyncio.create_task(scheduler.run())

@@ -22,6 +22,7 @@ from batchsched.core.topology.parse import parse_topo
 from batchsched.nodeagent.backends import with_identities
 from batchsched.nodeagent.report import GPU_READY_CONDITION
 from tests.integration.test_deploy import RBAC_KINDS, apply, audited, granted, unused
+from tests.support.deployed import Deployed, rbac_of, render
 from tests.support.kube import KubeError, TestKube, wait_for
 from tests.support.kubectl import rendered, run_kubectl, service_account_kubeconfig
 from tests.support.kubelet import PodResourcesServer
@@ -35,11 +36,28 @@ ROOT = Path(__file__).resolve().parents[2]
 DGX1 = ROOT / "tests" / "fixtures" / "topologies" / "dgx1-hybrid-cube-mesh-8gpu.txt"
 
 
-def run_agent(env, node: str, tmp_path: Path, *extra: str) -> subprocess.CompletedProcess:
+AGENT_NAMESPACE = AGENT_ACCOUNT = "batchsched-node-agent"
+
+
+@pytest.fixture(scope="session")
+def agent_rbac(kubectl, tmp_path_factory) -> Deployed:
+    """deploy/ with the node-agent component: the agent's ServiceAccount and RBAC."""
+    return Deployed(rbac_of(render(kubectl, deploy_with_the_agent(tmp_path_factory.mktemp("agent-overlay")))))
+
+
+@pytest.fixture
+def agent_kubeconfig(env, agent_rbac, tmp_path) -> str:
+    """The agent as deployed: its ServiceAccount under the component's RBAC."""
+    agent_rbac.apply(env.kube)
+    return service_account_kubeconfig(env.kube, env.kubeconfig, AGENT_NAMESPACE, AGENT_ACCOUNT,
+                                      tmp_path / "agent-kubeconfig")
+
+
+def run_agent(env, node: str, tmp_path: Path, kubeconfig: str, *extra: str) -> subprocess.CompletedProcess:
     script = fake_nvidia_smi(tmp_path, DGX1, query_xml(parse_topo(DGX1.read_text())))
     return subprocess.run([sys.executable, "-m", "batchsched", "node-agent", "--once", "--node", node,
                            "--backend", "text", "--nvidia-smi", str(script), "--sys-root", str(tmp_path),
-                           "--kubeconfig", env.kubeconfig, "--pod-resources-socket", "", "--metrics-bind-address", "0",
+                           "--kubeconfig", kubeconfig, "--pod-resources-socket", "", "--metrics-bind-address", "0",
                            *extra],
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
 
@@ -49,9 +67,9 @@ def condition(env, node: str) -> dict:
     return next((c for c in conditions if c["type"] == GPU_READY_CONDITION), {})
 
 
-def test_the_reporter_writes_the_topology_of_a_node_that_advertises_its_gpus(env, tmp_path):
+def test_the_reporter_writes_the_topology_of_a_node_that_advertises_its_gpus(env, tmp_path, agent_kubeconfig):
     node = env.add_node("gpu", gpus=8)
-    done = run_agent(env, node, tmp_path)
+    done = run_agent(env, node, tmp_path, agent_kubeconfig)
     assert done.returncode == 0, done.stderr
     annotations = env.kube.get(f"/api/v1/nodes/{node}")["metadata"]["annotations"]
     topology = from_annotation(annotations[constants.GPU_TOPOLOGY_ANNOTATION])
@@ -60,9 +78,10 @@ def test_the_reporter_writes_the_topology_of_a_node_that_advertises_its_gpus(env
     assert (condition(env, node)["status"], condition(env, node)["reason"]) == ("True", "TopologyReported")
 
 
-def test_a_gpu_count_the_node_does_not_advertise_is_refused_with_an_event_and_a_condition(env, tmp_path):
+def test_a_gpu_count_the_node_does_not_advertise_is_refused_with_an_event_and_a_condition(
+        env, tmp_path, agent_kubeconfig):
     node = env.add_node("short", gpus=4)  # the driver shows 8
-    done = run_agent(env, node, tmp_path)
+    done = run_agent(env, node, tmp_path, agent_kubeconfig)
     assert done.returncode == 1
     annotations = env.kube.get(f"/api/v1/nodes/{node}")["metadata"].get("annotations") or {}
     assert constants.GPU_TOPOLOGY_ANNOTATION not in annotations
@@ -76,8 +95,8 @@ def test_a_gpu_count_the_node_does_not_advertise_is_refused_with_an_event_and_a_
 
 
 @pytest.fixture
-def agent(env, tmp_path):
-    """Starts `batchsched node-agent` (a process, looping every half second)."""
+def agent(env, tmp_path, agent_kubeconfig):
+    """Starts `batchsched node-agent` (a process, looping every half second), as deployed."""
     started: list[subprocess.Popen] = []
 
     def start(node: str, socket: str, kubeconfig: str | None = None) -> str:
@@ -86,7 +105,7 @@ def agent(env, tmp_path):
         log = open(tmp_path / "agent.log", "ab")
         started.append(subprocess.Popen(
             [sys.executable, "-m", "batchsched", "node-agent", "--node", node, "--backend", "text",
-             "--nvidia-smi", str(script), "--sys-root", str(tmp_path), "--kubeconfig", kubeconfig or env.kubeconfig,
+             "--nvidia-smi", str(script), "--sys-root", str(tmp_path), "--kubeconfig", kubeconfig or agent_kubeconfig,
              "--interval", "0.5", "--pod-resources-socket", socket, "--metrics-bind-address", address],
             cwd=ROOT, stdout=log, stderr=subprocess.STDOUT))
         return f"http://{address}"
@@ -170,9 +189,6 @@ def test_the_daemonset_passes_a_server_side_dry_run(kube, kubeconfig, kubectl, t
     [mount] = container["volumeMounts"]
     assert mount["readOnly"] and mount["mountPath"] == "/var/lib/kubelet/pod-resources"
     assert container["securityContext"]["capabilities"]["drop"] == ["ALL"]
-
-
-AGENT_NAMESPACE = AGENT_ACCOUNT = "batchsched-node-agent"
 
 
 def test_every_rule_granted_to_the_agent_is_used_and_nothing_it_does_is_refused(

@@ -160,3 +160,67 @@ def test_a_queue_reclaims_what_it_lent_whole_gangs_only_and_never_from_a_non_rec
     wait_for("the reclaim over, gone from both statuses", lambda: not any(
         (env.kube.get(f"{QUEUES}/{q}").get("status") or {}).get(field) for q, field in
         ((lender, "reclaim"), (borrower, "reclaimedBy"))))
+
+
+class Tree:
+    """Queues A {A1, A2} and B {B1, B2} on four 8-GPU nodes (pool a: n0, n1;
+    pool b: n2, n3); pods placed on them directly, each its own gang."""
+
+    def __init__(self, env):
+        self.env = env
+        self.queues = {name: add_queue(env, name.lower()) for name in ("A", "B")}
+        for name in ("A1", "A2", "B1", "B2"):
+            self.queues[name] = add_queue(env, name.lower(), parent=self.queues[name[0]])
+        self.nodes = [env.add_node(f"n{i}", gpus=8, labels={"pool": "a" if i < 2 else "b"}) for i in range(4)]
+
+    def gang(self, name: str, queue: str, gpus: int, node: int | None = None, pool: str = "") -> None:
+        """A one-pod gang of ``queue``: on node ``node``, or waiting (for ``pool``)."""
+        self.env.create(pod_group(name, self.env.namespace, 1, queue=self.queues[queue]))
+        selector = {"pool": pool} if pool else None
+        self.place(pod(name, self.env.namespace, group=name, gpus=gpus, node_selector=selector), node)
+
+    def foreign(self, name: str, gpus: int, node: int) -> None:
+        self.place(pod(name, self.env.namespace, gpus=gpus, scheduler="default-scheduler"), node)
+
+    def place(self, obj: dict, node: int | None) -> None:
+        if node is not None:
+            obj["spec"]["nodeName"] = self.nodes[node]
+        self.env.create(obj)
+
+
+def test_in_a_queue_tree_a_child_over_its_share_is_not_reclaimed_from_while_its_parent_is_under_its_own(
+        env, start_scheduler, queue_crd):
+    # As tests/unit/test_queues.py: shares A and B 16, A1 4, B1 8; B1 holds
+    # 12, B only 12 (another scheduler's pods hold 8).
+    tree = Tree(env)
+    for name, node in (("a2x", 0), ("a2y", 0), ("a2z", 1)):
+        tree.gang(name, "A2", 4, node)
+    for name, node in (("b1x", 2), ("b1y", 2), ("b1z", 3)):
+        tree.gang(name, "B1", 4, node)
+    tree.foreign("other-1", 4, 1)
+    tree.foreign("other-3", 4, 3)
+    tree.gang("b2", "B2", 8, pool="a")
+    tree.gang("a1", "A1", 4, pool="b")
+    start_scheduler(preemption={"enabled": True, "nodeCooldownSeconds": 0}, queue={"initialBackoffSeconds": 0.2})
+    scheduled = wait_unschedulable(env, "a1")
+    assert "reclaims" not in scheduled["message"], scheduled["message"]
+    assert alive(env, ["a2x", "a2y", "a2z", "b1x", "b1y", "b1z"]) == ["a2x", "a2y", "a2z", "b1x", "b1y", "b1z"]
+
+
+def test_in_a_queue_tree_a_subtree_beyond_its_share_is_reclaimed_from_once_and_takes_nothing_back(
+        env, start_scheduler, queue_crd):
+    # Shares A and B 16, every child 8.  B1 holds 16, B 24: A1 takes one of
+    # B1's gangs; B1's next gang, at its share, takes nothing back.
+    tree = Tree(env)
+    tree.gang("a2", "A2", 8, 0)
+    tree.gang("b2", "B2", 8, 1)
+    tree.gang("b1x", "B1", 8, 2)
+    tree.gang("b1y", "B1", 8, 3)
+    tree.gang("a1", "A1", 8)
+    start_scheduler(preemption={"enabled": True, "nodeCooldownSeconds": 0}, queue={"initialBackoffSeconds": 0.2})
+    wait_for("one of B1's gangs evicted", lambda: len(alive(env, ["b1x", "b1y"])) == 1, timeout=60)
+    wait_for("A1's gang bound on the reclaimed GPUs", lambda: "a1" in env.bound(), timeout=60)
+    tree.gang("b1-again", "B1", 8)
+    scheduled = wait_unschedulable(env, "b1-again")
+    assert "reclaims" not in scheduled["message"], scheduled["message"]
+    assert alive(env, ["a1", "a2", "b2"]) == ["a1", "a2", "b2"]

@@ -29,7 +29,7 @@ def ours(cache: ClusterCache, namespace: str) -> dict:
     return {uid: p for uid, p in cache.pods.items() if p.namespace == namespace}
 
 
-def test_a_relist_in_many_small_pages_keeps_bindings_and_state_exact(env):
+def test_a_relist_in_many_small_pages_keeps_bindings_and_state_exact(env, scheduler_kubeconfig):
     nodes = [env.add_node(f"n{i}", gpus=8) for i in range(2)]
     ns = env.namespace
     for name, group in [("a-0", "a"), ("a-1", "a"), ("a-2", "a"), ("b-0", "b"), ("b-1", "b"),
@@ -38,7 +38,7 @@ def test_a_relist_in_many_small_pages_keeps_bindings_and_state_exact(env):
     uid = {name: p["metadata"]["uid"] for name, p in env.pods().items()}
 
     async def scenario():
-        kube = await Kube.connect(env.kubeconfig)
+        kube = await Kube.connect(scheduler_kubeconfig)
         try:
             async def bind(name: str, node: str, gpus: str) -> None:
                 await kube.bind(ns, name, uid[name], node, {constants.GPU_IDS_ANNOTATION: gpus})
@@ -123,7 +123,7 @@ def test_sigusr1_relists_every_cache_and_scheduling_goes_on_without_double_booki
     assert set(env.bound().values()) == {node}
 
 
-def test_a_page_of_large_objects_holds_fewer_of_them(env, monkeypatch):
+def test_a_page_of_large_objects_holds_fewer_of_them(env, monkeypatch, scheduler_kubeconfig):
     """Pages are sized by the JSON the API server sends, as decompressed
     (it gzips answers this large): tenants' big pods come a few at a time."""
     ns = env.namespace
@@ -135,7 +135,7 @@ def test_a_page_of_large_objects_holds_fewer_of_them(env, monkeypatch):
     monkeypatch.setattr(cache_module, "PAGE_BYTES", 350_000)
 
     async def scenario():
-        kube = await Kube.connect(env.kubeconfig)
+        kube = await Kube.connect(scheduler_kubeconfig)
         try:
             listed: dict[str, str] = {}
             reflector = Reflector(kube, f"/api/v1/namespaces/{ns}/pods", "pods",

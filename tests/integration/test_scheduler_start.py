@@ -18,11 +18,11 @@ from tests.support.objects import pod, pod_group
 pytestmark = pytest.mark.e2e
 
 
-def started_when(env, leading: asyncio.Event | None = None) -> list[dict[str, str]]:
+def started_when(env, kubeconfig: str, leading: asyncio.Event | None = None) -> list[dict[str, str]]:
     """Runs a scheduler until its on_started hook has been called; returns,
     per call, the pods the API server showed bound at that moment."""
     async def scenario() -> list[dict[str, str]]:
-        kube = await Kube.connect(env.kubeconfig)
+        kube = await Kube.connect(kubeconfig)
         config = SchedulerConfig.model_validate({"nodeSelector": env.node_label, "metricsBindAddress": "0"})
         scheduler = Scheduler(kube, config, leading=leading)
         calls: list[dict[str, str]] = []
@@ -43,20 +43,20 @@ def started_when(env, leading: asyncio.Event | None = None) -> list[dict[str, st
     return asyncio.run(scenario())
 
 
-def test_the_heap_settles_once_the_first_bindings_are_answered(env):
+def test_the_heap_settles_once_the_first_bindings_are_answered(env, scheduler_kubeconfig):
     env.add_node("n1")
     env.create(pod_group("g", env.namespace, 4))
     for i in range(4):
         env.create(pod(f"g-{i}", env.namespace, group="g", cpu="1"))
-    calls = started_when(env)
+    calls = started_when(env, scheduler_kubeconfig)
     assert len(calls) == 1 and sorted(calls[0]) == [f"g-{i}" for i in range(4)]
 
 
-def test_a_standby_settles_its_heap_once_synced(env):
+def test_a_standby_settles_its_heap_once_synced(env, scheduler_kubeconfig):
     env.add_node("n1")
     env.create(pod_group("g", env.namespace, 1))
     env.create(pod("g-0", env.namespace, group="g", cpu="1"))
-    assert started_when(env, leading=asyncio.Event()) == [{}]  # never leads: binds nothing, settles anyway
+    assert started_when(env, scheduler_kubeconfig, leading=asyncio.Event()) == [{}]  # never leads: binds nothing, settles anyway
 
 
 def test_collections_are_made_rare_before_the_first_list(monkeypatch):

@@ -15,6 +15,7 @@ from batchsched.core.dra.inventory import gpu_selection, node_dra, pci_key
 from batchsched.core.dra.model import (
     MAX_RESULTS, AllocatedDevice, DeviceClass, DraError, claim_from_json, slice_from_json,
 )
+from batchsched.core.dra.state import EXTENDED_CLAIM
 from batchsched.core.gpu_pools import node_gpus
 from batchsched.core.placement.gpus import REASON_DRA_NO_CLASS, static_reason
 from batchsched.core.model import TopologyPolicy
@@ -223,23 +224,39 @@ def test_every_claims_allocation_counts_in_use_and_a_deallocation_frees(cache):
 
 def test_an_assumed_allocation_survives_a_relist_and_ends_when_a_claim_reserved_for_the_pod_shows_one(cache):
     listed(cache, nodes=[node_json()], slices=[dra.resource_slice(NODE, TOPOLOGY)], claims=[claim_json("a")])
-    cache.state.assume_allocation("pod-1", (AllocatedDevice("gpus", "gpu.nvidia.com", NODE, device(3)),))
+    cache.state.assume_allocation("pod-1", {"uid-a": (AllocatedDevice("gpus", "gpu.nvidia.com", NODE, device(3)),)})
     relist(cache, "resourceclaims", [claim_json("a")])  # a lagging list: not allocated yet
     assert cache.state.dra_allocated(NODE) == 1
     relist(cache, "resourceclaims", [claim_json("a", [device(3)])])  # allocated, but not for that pod
-    assert cache.state.dra.assumed != {}
+    assert cache.state.dra.in_flight != {}
     relist(cache, "resourceclaims", [claim_json("a", [device(3)], reserved_for="pod-1")])
-    assert cache.state.dra.assumed == {} and cache.state.dra_allocated(NODE) == 1
+    assert cache.state.dra.in_flight == {} and cache.state.dra_allocated(NODE) == 1
     relist(cache, "resourceclaims", [])
     assert cache.state.dra_allocated(NODE) == 0
 
 
 def test_an_assumed_allocation_ends_with_its_pod(cache):
     listed(cache, nodes=[node_json()], slices=[dra.resource_slice(NODE, TOPOLOGY)], pods=[pod_json("p", 1)])
-    cache.state.assume_allocation("p", (AllocatedDevice("gpus", "gpu.nvidia.com", NODE, device(3)),))
-    assert cache.state.dra_allocated(NODE) == 1
+    for k in (3, 5):  # two attempts of it
+        cache.state.assume_allocation("p", {EXTENDED_CLAIM: (AllocatedDevice("gpus", "gpu.nvidia.com", NODE,
+                                                                             device(k)),)})
+    assert cache.state.dra_allocated(NODE) == 2
     cache.state.remove_pod("p")
     assert cache.state.dra_allocated(NODE) == 0
+
+
+def test_a_late_end_of_a_failed_attempt_leaves_the_next_attempts_devices_in_flight(cache):
+    """Attempt 1's undo ends after attempt 2 took devices for the same pod
+    and claim: only attempt 1's are released."""
+    listed(cache, nodes=[node_json()], slices=[dra.resource_slice(NODE, TOPOLOGY)], claims=[claim_json("a")],
+           pods=[pod_json("p", 1)])
+    first = cache.state.assume_allocation("p", {"uid-a": (AllocatedDevice("gpus", dra.DRIVER, NODE, device(3)),)})
+    second = cache.state.assume_allocation("p", {"uid-a": (AllocatedDevice("gpus", dra.DRIVER, NODE, device(5)),)})
+    assert second != first and cache.state.dra_allocated(NODE) == 2
+    cache.state.forget_allocation("p", first)
+    assert cache.state.dra_allocated(NODE) == 1 and cache.state.dra.in_use((dra.DRIVER, NODE, device(5)))
+    cache.state.forget_allocation("p", first)  # once more (a retried undo): still nothing of attempt 2's
+    assert cache.state.dra_allocated(NODE) == 1
 
 
 def test_a_restarted_cache_rebuilds_the_same_counts_from_the_claims(cache):

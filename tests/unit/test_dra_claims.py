@@ -211,7 +211,7 @@ def test_two_pods_asking_all_devices_of_one_node_never_share_them(cache):
     other = "q" if binding.pod_name == "p" else "p"
     assert "not all free" in plan.verdicts[f"ns/pod:{other}"].message
     cache.assume(binding.pod_uid, binding.node_name, binding.gpu_ids)
-    cache.state.assume_allocation(binding.pod_uid, binding.devices)
+    cache.state.assume_allocation(binding.pod_uid, binding.allocations)
     assert cache.state.free(NODE)["nvidia.com/gpu"] == 0
     assert not cycle(cache).bindings
 
@@ -258,7 +258,7 @@ def test_the_chosen_devices_count_as_used_once_assumed(cache):
            pods=[claiming_pod("p", "x"), claiming_pod("q", "y")])
     plan = cycle(cache)
     assert len(plan.bindings) == 2
-    used = [d.device for b in plan.bindings for d in b.devices]
+    used = [d.device for b in plan.bindings for c in b.claims for d in c.devices]
     assert len(used) == len(set(used)) == 8
     assert mask_of(i for b in plan.bindings for i in b.gpu_ids) == 0xFF
 
@@ -314,5 +314,5 @@ def test_on_mixed_nodes_claims_go_where_dra_serves_the_gpus(cache):
     assert placed == {"p": NODE, "plain": "plugin"}
     for b in plan.bindings:  # as the shell assumes them
         cache.assume(b.pod_uid, b.node_name, b.gpu_ids)
-        cache.state.assume_allocation(b.pod_uid, b.devices)
+        cache.state.assume_allocation(b.pod_uid, b.allocations)
     assert cache.state.free("plugin")["nvidia.com/gpu"] == 0 and cache.state.free(NODE)["nvidia.com/gpu"] == 0

@@ -10,6 +10,7 @@ import pytest
 from batchsched.api import constants
 from batchsched.core.dra.extended import ExtendedClaimError, extended_claim
 from batchsched.core.dra.model import AllocatedDevice
+from batchsched.core.dra.state import EXTENDED_CLAIM, InFlight
 from batchsched.core.gpu_pools import node_gpus
 from batchsched.core.model import pod_from_json
 from batchsched.core.topology.choose import gpus_of
@@ -52,10 +53,10 @@ def test_a_bound_pod_served_by_its_claim_counts_once(cache):
 def test_an_assumed_pod_and_its_assumed_devices_count_once_until_the_claim_confirms(cache):
     served(cache, pods=[pod_json("p", 4)])
     cache.assume("p", NODE, (0, 1, 2, 3))
-    cache.state.assume_allocation("p", tuple(AllocatedDevice("container-0-request-0", dra.DRIVER, NODE, device(i))
-                                             for i in range(4)))
+    attempt = cache.state.assume_allocation("p", {EXTENDED_CLAIM: tuple(
+        AllocatedDevice("container-0-request-0", dra.DRIVER, NODE, device(i)) for i in range(4))})
     assert cache.state.free(NODE)[GPU] == 4 and gpus_of(cache.state.room(NODE).free) == (4, 5, 6, 7)
-    cache.state.forget_allocation("p")  # written nowhere, and the pod still assumed: its request holds
+    cache.state.forget_allocation("p", attempt)  # written nowhere, and the pod still assumed: its request holds
     assert cache.state.free(NODE)[GPU] == 4
 
 
@@ -122,12 +123,13 @@ def test_a_gang_on_a_dra_node_gets_nvlink_quads_as_the_devices_of_its_claims(cac
 def test_only_a_claim_holding_every_assumed_device_ends_the_assumption(cache):
     served(cache, pods=[pod_json("p", 2)])
     mine = tuple(AllocatedDevice("container-0-request-0", dra.DRIVER, NODE, device(i)) for i in (0, 1))
-    cache.state.assume_allocation("p", mine)
+    attempt = cache.state.assume_allocation("p", {EXTENDED_CLAIM: mine})
     forged = claim_json("forged", [device(7)], reserved_for="p")  # a tenant's claim naming the pod
     cache._dra_apply("resourceclaims")("ADDED", forged)
-    assert cache.state.dra.assumed == {"p": mine} and cache.state.free(NODE)[GPU] == 5
+    assert cache.state.dra.in_flight == {InFlight("p", attempt, EXTENDED_CLAIM): mine}
+    assert cache.state.free(NODE)[GPU] == 5
     cache._dra_apply("resourceclaims")("ADDED", claim_json("real", [device(0), device(1)], reserved_for="p"))
-    assert cache.state.dra.assumed == {} and cache.state.free(NODE)[GPU] == 5
+    assert cache.state.dra.in_flight == {} and cache.state.free(NODE)[GPU] == 5
 
 
 def test_the_serving_class_config_goes_into_the_allocation_for_every_request(cache):
@@ -146,3 +148,36 @@ def test_the_serving_class_config_goes_into_the_allocation_for_every_request(cac
     served(cache)  # NVIDIA's class as shipped has no config: the allocation has none either
     claim = extended_claim(cache.nodes[NODE], pod_with([("a", 1)]), (0,), cache.state.dra.classes)
     assert "config" not in allocation_status("p", "uid-p", claim)["allocation"]["devices"]
+
+
+def init_gpus_pod_json(name: str = "p") -> dict:
+    """A pod whose init container's 2 GPUs its app container reuses (it holds 2)."""
+    obj = pod_json(name, 2)
+    obj["spec"]["initContainers"] = [{"name": "setup", "resources": {"limits": {GPU: "2"}}}]
+    return obj
+
+
+def test_a_node_serving_gpus_only_through_dra_is_filtered_out_for_a_pod_reusing_an_init_containers_gpus(cache):
+    from batchsched.core.cycle import schedule_cycle
+    from batchsched.core.placement.fit import REASON_DRA_INIT_GPUS
+    from batchsched.core.queueing.queue import GangQueue
+
+    served(cache, pods=[init_gpus_pod_json()])
+    queue = GangQueue()
+    for now in (1.0, 100.0):  # the same node-level verdict each cycle, never a binding tried
+        plan = schedule_cycle(cache.snapshot(now), queue)
+        verdict = plan.verdicts["ns/pod:p"]
+        assert plan.bindings == [] and not verdict.scheduled and verdict.reason != "InternalError"
+        assert f"1 {REASON_DRA_INIT_GPUS}" in verdict.message, verdict.message
+
+
+def test_a_pod_reusing_an_init_containers_gpus_goes_to_a_node_with_the_device_plugin(cache):
+    from batchsched.core.cycle import schedule_cycle
+    from batchsched.core.queueing.queue import GangQueue
+
+    # "dgx" (DRA) ranks first by name among equal nodes: the pod would be planned there
+    listed(cache, nodes=[node_json(gpus=0), node_json("plugin", gpus=8)], slices=[dra.resource_slice(NODE, TOPOLOGY)],
+           pods=[init_gpus_pod_json()])
+    assert cache.nodes[NODE].gpus_by_dra and not cache.nodes["plugin"].gpus_by_dra
+    plan = schedule_cycle(cache.snapshot(1.0), GangQueue())
+    assert [(b.node_name, b.claim) for b in plan.bindings] == [("plugin", None)], plan.verdicts

@@ -4,6 +4,7 @@ from dataclasses import replace
 from batchsched.core.explain import explain_gang, explain_waiting, gang_key_for
 from batchsched.core.model import TopologyPolicy
 from tests.unit.helpers import gang_pods, group, node, pod, snapshot
+from tests.unit.test_dra import cache  # noqa: F401  (a fixture)
 from tests.unit.topology_support import fixture, topology_node
 
 
@@ -134,3 +135,20 @@ def test_the_elastic_part_of_a_gang_is_shown_apart():
     assert report.data["elastic"] == {"members": 2, "bound": 0, "pending": 2}
     whole = explain_gang(snapshot([node("gpu", gpu=8)], pods, [group("g", min_member=4)]), "default/g")
     assert "elastic" not in str(whole) and "elastic" not in whole.data
+
+
+def test_report_names_a_dra_node_filtered_out_for_a_pod_reusing_an_init_containers_gpus(cache):
+    from batchsched.core.cycle import schedule_cycle
+    from batchsched.core.placement.fit import REASON_DRA_INIT_GPUS
+    from batchsched.core.queueing.queue import GangQueue
+    from tests.support import dra
+    from tests.unit.test_dra import NODE, TOPOLOGY, listed, node_json
+    from tests.unit.test_dra_extended import init_gpus_pod_json
+
+    listed(cache, nodes=[node_json()], slices=[dra.resource_slice(NODE, TOPOLOGY)], pods=[init_gpus_pod_json("w")])
+    snap = cache.snapshot(0)
+    report = explain_gang(snap, "ns/pod:w")
+    assert f"  {NODE}: {REASON_DRA_INIT_GPUS}" in report.lines
+    assert report.data["shapes"][0]["nodes"] == [{"node": NODE, "fits": 0, "reasons": [REASON_DRA_INIT_GPUS]}]
+    assert report.verdict == schedule_cycle(snap, GangQueue()).verdicts["ns/pod:w"].message
+    assert REASON_DRA_INIT_GPUS in report.verdict

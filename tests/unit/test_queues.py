@@ -648,6 +648,130 @@ def test_reclaim_stops_at_the_fair_share_so_queues_do_not_ping_pong():
         reclaim.beyond(too_many)
 
 
+# Two levels of queues under the cluster: A {A1, A2} and B {B1, B2}, all at
+# weight 1, on four 8-GPU nodes (n0, n1 labelled pool=a; n2, n3 pool=b).
+# A reclaim compares the two sides where they meet: the cluster for A1 and
+# B1, A for A1 and A2.
+
+def tree_queues():
+    return [queue("A"), queue("A1", parent="A"), queue("A2", parent="A"),
+            queue("B"), queue("B1", parent="B"), queue("B2", parent="B")]
+
+
+def tree_cluster(held: dict[str, list[tuple[str, int, str]]], pending: dict[str, list[tuple[str, int, str]]],
+                 foreign: list[tuple[int, str]] = ()) -> Snapshot:
+    """``held``/``pending``: queue -> [(gang, GPUs of its one pod, node or
+    pool it must go to)]; ``foreign``: (GPUs, node) held by another scheduler's pods."""
+    nodes = [node(f"n{i}", cpu="64", memory="256Gi", gpu=8, labels={"pool": "a" if i < 2 else "b"})
+             for i in range(4)]
+    pods, groups = [], []
+    for name, gangs in held.items():
+        for gang, gpus, node_name in gangs:
+            pods += running(gang, 1, gpus, node_name)
+            groups.append(in_queue(gang, name))
+    for name, gangs in pending.items():
+        for gang, gpus, pool in gangs:
+            pods += gang_pods(gang, 1, gpu=gpus, created=5, node_selector={"pool": pool} if pool else None)
+            groups.append(in_queue(gang, name, created=5))
+    pods += [pod(f"other-{i}", gpu=gpus, scheduler="other", node_name=node_name, phase="Running")
+             for i, (gpus, node_name) in enumerate(foreign)]
+    return with_queues(snapshot(nodes, pods, groups), *tree_queues())
+
+
+def evicted(plan) -> list[str]:
+    return sorted(e.pod.name for e in plan.evictions)
+
+
+def test_a_child_over_its_share_is_not_reclaimed_from_while_its_parent_is_under_its_own():
+    # Another scheduler's pods hold 8 GPUs.  A2 holds 12, B1 12; A1 waits for
+    # 4 on pool b, B2 for 8.  Fair shares: A and B 16 each; A1 4, A2 12; B1
+    # and B2 8.  B1 holds 4 beyond its own share, but B holds 4 less than
+    # its: taking from B1 would take from B, which would take it back.
+    snap = tree_cluster(held={"A2": [("a2x", 4, "n0"), ("a2y", 4, "n0"), ("a2z", 4, "n1")],
+                              "B1": [("b1x", 4, "n2"), ("b1y", 4, "n2"), ("b1z", 4, "n3")]},
+                        pending={"A1": [("a1", 4, "b")], "B2": [("b2", 8, "a")]},
+                        foreign=[(4, "n1"), (4, "n3")])
+    book = QueueBook(snap, CONFIG)
+    assert book.within_fair_share(GangIndex(snap)["default/a1"])  # A1 and A stay within theirs
+    assert book.reclaim_for(GangIndex(snap)["default/a1"]) is None
+    plan = reclaim_cycle(snap)
+    assert plan.evictions == [] and plan.verdicts["default/a1"].reason == "Unschedulable"
+
+
+def test_a_reclaim_takes_no_more_than_the_victims_parent_holds_beyond_its_share():
+    # B1 holds 8 beyond its share (16 of 8), B only 4 (20 of 16; another
+    # scheduler holds 4 on n1): A1's 8 GPUs would take B below its share.
+    snap = tree_cluster(held={"A2": [("a2", 8, "n0")], "B1": [("b1x", 8, "n2"), ("b1y", 8, "n3")],
+                              "B2": [("b2", 4, "n1")]},
+                        pending={"A1": [("a1", 8, "")], "B2": [("b2more", 8, "a")]}, foreign=[(4, "n1")])
+    reclaim = QueueBook(snap, CONFIG).reclaim_for(GangIndex(snap)["default/a1"])
+    assert reclaim is not None and reclaim.paths == {"B1": ("B1", "B")}
+    assert reclaim.excess == {"B1": {GPU: 8}, "B": {GPU: 4}}
+    plan = reclaim_cycle(snap)
+    assert plan.evictions == []
+    assert ("reclaiming for queue A1 would take 8 nvidia.com/gpu from queue B, which holds only 4 beyond its "
+            "fair share; nothing was evicted") in plan.verdicts["default/a1"].message
+
+
+def test_a_subtree_over_its_share_at_every_level_is_reclaimed_from_once_and_does_not_take_it_back():
+    # A2 holds 8, B1 16 (its share 8), B2 8; A1 waits for 8.  Shares: A and B
+    # 16 each, every child 8.  B1 and B each hold 8 beyond theirs: A1 takes
+    # one of B1's gangs.
+    held = {"A2": [("a2", 8, "n0")], "B1": [("b1x", 8, "n2"), ("b1y", 8, "n3")], "B2": [("b2", 8, "n1")]}
+    snap = tree_cluster(held=held, pending={"A1": [("a1", 8, "")]})
+    reclaim = QueueBook(snap, CONFIG).reclaim_for(GangIndex(snap)["default/a1"])
+    assert reclaim is not None and reclaim.paths == {"B1": ("B1", "B")}
+    assert reclaim.excess == {"B1": {GPU: 8}, "B": {GPU: 8}}
+    plan = reclaim_cycle(snap)
+    assert len(plan.evictions) == 1 and plan.evictions[0].pod.name in ("b1x-0", "b1y-0")
+    # Once it went: A1's gang runs where it was, the victim's gang waits
+    # again.  B1 and B are at their shares: the victim side takes nothing back.
+    victim = plan.evictions[0].pod
+    held["A1"] = [("a1", 8, victim.node_name)]
+    held["B1"] = [g for g in held["B1"] if f"{g[0]}-0" != victim.name]
+    after = tree_cluster(held=held, pending={"B1": [(victim.group, 8, "")]})
+    assert QueueBook(after, CONFIG).reclaim_for(GangIndex(after)[victim.gang_key]) is None
+    assert reclaim_cycle(after).evictions == []
+
+
+def test_two_subtrees_do_not_reclaim_back_and_forth():
+    # As A1 would leave it had it taken b1z from B1 above (A1's gang on n3,
+    # b1z waiting again).  Shares: A 16, B 16; A1 and A2 8 each (A1 also
+    # waits for 8 more); B1 12, B2 4.  A2 holds 4 beyond its share, but A
+    # is at its own: B1's and B2's gangs, within theirs, take nothing from
+    # A2, which would have A take it back.
+    snap = tree_cluster(held={"A1": [("a1", 4, "n3")],
+                              "A2": [("a2x", 4, "n0"), ("a2y", 4, "n0"), ("a2z", 4, "n1")],
+                              "B1": [("b1x", 4, "n2"), ("b1y", 4, "n2")]},
+                        pending={"A1": [("a1more", 8, "")], "B1": [("b1z", 4, "")], "B2": [("b2", 4, "a")]},
+                        foreign=[(4, "n1"), (4, "n3")])
+    book, gangs = QueueBook(snap, CONFIG), GangIndex(snap)
+    for key in ("default/b1z", "default/b2"):
+        assert book.within_fair_share(gangs[key]) and book.reclaim_for(gangs[key]) is None
+    assert reclaim_cycle(snap).evictions == []
+
+
+def test_within_a_parent_a_child_below_its_share_reclaims_from_a_sibling_beyond_its_own():
+    # A2 holds 24 of the 32 GPUs (A's share is 16, B1's 16), A1 waits for 8:
+    # A1 and A2 meet at A, whose total the reclaim does not change, so A
+    # being beyond its share does not stop A1 (its share is 8).
+    snap = tree_cluster(held={"A2": [("a2x", 8, "n0"), ("a2y", 8, "n1"), ("a2z", 8, "n2")],
+                              "B1": [("b1", 8, "n3")]},
+                        pending={"A1": [("a1", 8, "a")], "B1": [("b1more", 8, "b")]})
+    reclaim = QueueBook(snap, CONFIG).reclaim_for(GangIndex(snap)["default/a1"])
+    assert reclaim is not None and reclaim.paths == {"A2": ("A2",)} and reclaim.excess == {"A2": {GPU: 16}}
+    plan = reclaim_cycle(snap)
+    assert [e.pod.name for e in plan.evictions if e.preemptor == "default/a1"] in (["a2x-0"], ["a2y-0"])
+
+
+def test_a_parent_that_is_not_reclaimable_keeps_what_its_children_borrowed():
+    held = {"A2": [("a2", 8, "n0")], "B1": [("b1x", 8, "n2"), ("b1y", 8, "n3")], "B2": [("b2", 8, "n1")]}
+    snap = tree_cluster(held=held, pending={"A1": [("a1", 8, "")]})
+    b = queue_from_json({"metadata": {"name": "B"}, "spec": {"reclaimable": False}})
+    snap = with_queues(snap, *[b if q.name == "B" else q for q in tree_queues()])
+    assert QueueBook(snap, CONFIG).reclaim_for(GangIndex(snap)["default/a1"]) is None
+
+
 def reclaim_in_flight(b2_queue="team-b"):
     # team-a's gang a reclaimed b2 (8 GPUs, terminating on n1 since unix
     # time 1000, a's pods nominated there); team-a's a2 waits too.

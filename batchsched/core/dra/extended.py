@@ -45,6 +45,14 @@ def request_name(container_index: int) -> str:
     return f"container-{container_index}-request-0"
 
 
+def reuses_init_gpus(pod: PodInfo) -> bool:
+    """Whether the GPUs a non-sidecar init container of ``pod`` asks are
+    reused by the containers after it (what its containers ask does not add
+    up to what the pod holds): one request per container would ask more
+    devices than the pod holds, so this version writes no claim for it."""
+    return sum(count for _, _, count in pod.gpu_containers) != pod.requests.get(GPU_RESOURCE, 0)
+
+
 def extended_claim(node: NodeInfo, pod: PodInfo, gpu_ids: tuple[int, ...],
                    classes: Mapping[str, DeviceClass]) -> ExtendedClaim:
     """The claim giving ``pod`` the devices of ``gpu_ids`` on ``node`` (where
@@ -56,9 +64,7 @@ def extended_claim(node: NodeInfo, pod: PodInfo, gpu_ids: tuple[int, ...],
     if len(gpus) != asked:
         raise ExtendedClaimError(f"pod {pod.key} got {len(gpus)} of its {asked} GPU(s) as DRA devices on "
                                  f"{node.name}")
-    if sum(count for _, _, count in pod.gpu_containers) != asked:
-        # a non-sidecar init container's GPUs are reused by the app containers:
-        # one request per container would ask more devices than the pod holds
+    if reuses_init_gpus(pod):  # placement leaves such nodes out (placement.fit.static_reasons)
         raise ExtendedClaimError(f"pod {pod.key} asks {GPU_RESOURCE} in an init container; on {node.name} "
                                  "DRA serves it, and this version writes no claim for such a pod")
     serving = {g.extended_class for g in gpus}

@@ -6,23 +6,41 @@ the cluster state stamps them and what is derived per node is recomputed.
 
 In use: every device named in any claim's ``status.allocation``, whoever
 allocated it (kube-scheduler, another scheduler, us), plus the allocations
-this scheduler *assumes* for a pod: decided, being written into its
-extended-resource claim, not yet seen there.  Assumptions live beside the
-claims, so a relist of the claims never frees them; one ends when a claim
-reserved for the pod is seen allocated, when the pod goes, or when its
-writer calls ``forget_allocation``.  After a restart, nothing but the
-claims is needed: their allocations are the truth.
+this scheduler has *in flight*: decided for a pod, being written into its
+claims, not yet seen there.  As kube-scheduler's DRA plugin keeps its
+in-flight allocations per claim, each is kept per claim and per binding
+attempt (``InFlight``), so ending one attempt's (a late undo of a failed
+attempt, say) never ends the next attempt's.  In-flight allocations live
+beside the claims, so a relist of the claims never frees them; one ends
+when its claim is seen reserved for the pod and holding its devices, when
+the pod goes, or when its writer calls ``forget_allocation`` for the
+attempt.  After a restart, nothing but the claims is needed: their
+allocations are the truth.
 """
 from __future__ import annotations
 
 from collections import Counter
-from typing import Iterable
+from dataclasses import dataclass
+from typing import Iterable, Mapping
 
 from batchsched.core.dra.inventory import GpuSelection, NodeDra, gpu_selection, node_dra
 from batchsched.core.dra.model import AllocatedDevice, DeviceClass, ResourceClaim, ResourceSlice
 from batchsched.core.topology.model import GpuTopology
 
 DeviceKey = tuple[str, str, str]  # driver, pool, device
+
+# The claim of an in-flight allocation that the writer creates (the pod's
+# extended-resource claim): its uid is the API's to give, on create.
+EXTENDED_CLAIM = ""
+
+
+@dataclass(frozen=True)
+class InFlight:
+    """Which in-flight allocation: one claim's, of one binding attempt of a pod."""
+
+    pod_uid: str
+    attempt: int
+    claim_uid: str  # EXTENDED_CLAIM for the pod's extended-resource claim
 
 
 class DraState:
@@ -31,7 +49,9 @@ class DraState:
         self.slices: dict[str, ResourceSlice] = {}
         self.claims: dict[str, ResourceClaim] = {}  # by uid
         self.claim_uids: dict[str, str] = {}  # namespace/name -> uid
-        self.assumed: dict[str, tuple[AllocatedDevice, ...]] = {}  # pod uid -> devices
+        self.in_flight: dict[InFlight, tuple[AllocatedDevice, ...]] = {}
+        self._in_flight_of: dict[str, dict[InFlight, None]] = {}  # pod uid -> its in-flight allocations
+        self._attempts = 0  # binding attempts numbered so far
         self.selection: GpuSelection = gpu_selection(())
         self._node_slices: dict[str, dict[str, None]] = {}  # node -> slice names
         self._pool_nodes: dict[tuple[str, str], Counter] = {}  # (driver, pool) -> node -> slices
@@ -95,7 +115,7 @@ class DraState:
             return None
         return node_dra((self.slices[n] for n in names), self.selection, topology)
 
-    # ---- claims and assumed allocations ------------------------------------------
+    # ---- claims and in-flight allocations ---------------------------------------
 
     def put_claim(self, claim: ResourceClaim) -> set[str]:
         old = self.claims.get(claim.uid)
@@ -105,15 +125,15 @@ class DraState:
         self.claims[claim.uid] = claim
         self.claim_uids[claim.key] = claim.uid
         touched |= self._hold(claim.allocated, 1)
+        allocated = {d.key for d in claim.allocated}
         for pod_uid in claim.reserved_for:
             self._reserved.setdefault(pod_uid, {})[claim.uid] = None
-            # confirmed (only by the claims reserved for it holding every assumed
-            # device: any other, a tenant's forgery say, would free devices still
-            # being written)
-            if pod_uid in self.assumed:
-                allocated = {d.key for uid in self._reserved[pod_uid] for d in self.claims[uid].allocated}
-                if allocated >= {d.key for d in self.assumed[pod_uid]}:
-                    touched |= self.forget_allocation(pod_uid)
+            # confirmed only by a claim reserved for the pod holding every
+            # device in flight (it holds them now): one that does not, a
+            # tenant's forgery say, would free devices still being written
+            for key in list(self._in_flight_of.get(pod_uid, ())):
+                if key.claim_uid in (EXTENDED_CLAIM, claim.uid) and allocated >= {d.key for d in self.in_flight[key]}:
+                    touched |= self._land(key)
         return touched
 
     def claim(self, key: str) -> ResourceClaim | None:
@@ -136,16 +156,43 @@ class DraState:
                     del self._reserved[pod_uid]
         return self._hold(old.allocated, -1)
 
-    def assume_allocation(self, pod_uid: str, devices: tuple[AllocatedDevice, ...]) -> set[str]:
-        """This scheduler is writing ``devices`` into the pod's claim: in use from now."""
-        touched = self.forget_allocation(pod_uid)
-        self.assumed[pod_uid] = devices
-        return touched | self._hold(devices, 1)
+    def assume_allocation(self, pod_uid: str,
+                          by_claim: Mapping[str, tuple[AllocatedDevice, ...]]) -> tuple[int, set[str]]:
+        """This scheduler is writing these allocations (claim uid, or
+        EXTENDED_CLAIM, -> devices) for a new binding attempt of the pod: in
+        use from now.  The attempt's number, and the nodes touched."""
+        self._attempts += 1
+        touched: set[str] = set()
+        for claim_uid, devices in by_claim.items():
+            if devices:
+                key = InFlight(pod_uid, self._attempts, claim_uid)
+                self.in_flight[key] = devices
+                self._in_flight_of.setdefault(pod_uid, {})[key] = None
+                touched |= self._hold(devices, 1)
+        return self._attempts, touched
 
-    def forget_allocation(self, pod_uid: str) -> set[str]:
-        """The allocation is not (or no longer) to be assumed: seen, or known not written."""
-        devices = self.assumed.pop(pod_uid, None)
-        return self._hold(devices, -1) if devices else set()
+    def forget_allocation(self, pod_uid: str, attempt: int) -> set[str]:
+        """The attempt's allocations are no longer in flight: known not
+        written, or undone.  Another attempt's are left alone."""
+        touched: set[str] = set()
+        for key in [k for k in self._in_flight_of.get(pod_uid, ()) if k.attempt == attempt]:
+            touched |= self._land(key)
+        return touched
+
+    def forget_pod(self, pod_uid: str) -> set[str]:
+        """The pod is gone: what was in flight for it is moot."""
+        touched: set[str] = set()
+        for key in list(self._in_flight_of.get(pod_uid, ())):
+            touched |= self._land(key)
+        return touched
+
+    def _land(self, key: InFlight) -> set[str]:
+        """The in-flight allocation ``key`` ends (its claim holds it now, or nothing will)."""
+        keys = self._in_flight_of[key.pod_uid]
+        del keys[key]
+        if not keys:
+            del self._in_flight_of[key.pod_uid]
+        return self._hold(self.in_flight.pop(key), -1)
 
     def _hold(self, devices: Iterable[AllocatedDevice], sign: int) -> set[str]:
         touched: set[str] = set()
@@ -163,25 +210,28 @@ class DraState:
         return key in self._in_use
 
     def held_by_others(self, pod_uid: str, devices: Iterable[AllocatedDevice]) -> list[str]:
-        """Those of ``devices`` in a claim's allocation, or assumed for
+        """Those of ``devices`` in a claim's allocation, or in flight for
         another pod (a last check before writing them for ``pod_uid``)."""
-        own = {d.key for d in self.assumed.get(pod_uid, ())}
+        own = self._in_flight_devices(pod_uid)
         return [d.device for d in devices if self._in_use.get(d.key, 0) > (d.key in own)]
 
     def allocated(self, dra: NodeDra) -> int:
         """How many of the node's DRA GPUs are in use."""
         return sum(1 for gpu in dra.gpus if gpu.key in self._in_use)
 
+    def _in_flight_devices(self, pod_uid: str) -> set[DeviceKey]:
+        return {d.key for key in self._in_flight_of.get(pod_uid, ()) for d in self.in_flight[key]}
+
     def served_devices(self, pod_uid: str) -> set[DeviceKey]:
-        """The devices allocated in claims reserved for the pod, or assumed for it."""
+        """The devices allocated in claims reserved for the pod, or in flight for it."""
         served = {d.key for uid in self._reserved.get(pod_uid, ()) for d in self.claims[uid].allocated}
-        return served.union(d.key for d in self.assumed.get(pod_uid, ()))
+        return served | self._in_flight_devices(pod_uid)
 
     def served_gpus(self, pod_uid: str, dra: NodeDra | None) -> int:
         """The node's DRA GPUs allocated in claims reserved for the pod (or
-        assumed for it): the part of its nvidia.com/gpu request that DRA,
+        in flight for it): the part of its nvidia.com/gpu request that DRA,
         not the device plugin, serves (a tenant who forges a claim only
         makes DRA GPUs look used)."""
-        if dra is None or (pod_uid not in self._reserved and pod_uid not in self.assumed):
+        if dra is None or (pod_uid not in self._reserved and pod_uid not in self._in_flight_of):
             return 0
         return len(self.served_devices(pod_uid) & {gpu.key for gpu in dra.gpus})

@@ -1,10 +1,12 @@
 """Predicates of one pod on one node, with kube-scheduler's wording.
 
 Static predicates (unschedulable, readiness, taints, node selector and
-affinity) depend only on the pod's placement constraints and the node, never
-on what runs there, so ``NodeFilter`` evaluates them once per distinct set of
-constraints and reuses the answer for every pod and gang that shares it.  The
-resource check is separate because free capacity changes with every placement.
+affinity, and whether a node where DRA serves nvidia.com/gpu can give the
+pod its GPUs) depend only on the pod's placement constraints and the node,
+never on what runs there, so ``NodeFilter`` evaluates them once per distinct
+set of constraints and reuses the answer for every pod and gang that shares
+it.  The resource check is separate because free capacity changes with every
+placement.
 
 Like kube-scheduler's filter chain, a node reports the first static predicate
 it fails and is only checked for resources when every static predicate
@@ -15,7 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Hashable, Mapping
 
+from batchsched.api.constants import GPU_RESOURCE
 from batchsched.core import resources as res
+from batchsched.core.dra.extended import reuses_init_gpus
 from batchsched.core.model import NodeInfo, PodInfo, Taint
 
 REASON_UNSCHEDULABLE = "node(s) were unschedulable"
@@ -24,6 +28,10 @@ REASON_NODE_AFFINITY = "node(s) didn't match Pod's node affinity/selector"
 REASON_TOO_MANY_PODS = "Too many pods"
 # Not kube-scheduler's: a node held for a long-waiting gang (see queueing).
 REASON_RESERVED = "node(s) were reserved for a waiting gang"
+# Not kube-scheduler's: its extended-resource claim would ask more devices
+# than the pod holds (core/dra/extended.py, reuses_init_gpus).
+REASON_DRA_INIT_GPUS = (f"node(s) serve {GPU_RESOURCE} through DRA, where this version gives no pod the GPUs "
+                        "of an init container that its other containers reuse")
 
 # The taints the node lifecycle controller puts on such nodes; a pod that
 # tolerates them (a DaemonSet, say) may land there, as with kube-scheduler.
@@ -66,7 +74,23 @@ def static_reasons(pod: PodInfo, node: NodeInfo) -> list[str]:
             return [untolerated_taint_reason(taint)]
     if not matches_node_affinity(pod, node):
         return [REASON_NODE_AFFINITY]
+    if node.gpus_by_dra and out_where_dra_serves_gpus(pod):
+        return [REASON_DRA_INIT_GPUS]
     return []
+
+
+def serves_through_extended_claim(pod: PodInfo) -> bool:
+    """Whether a node where DRA serves nvidia.com/gpu gives ``pod`` its GPUs
+    through an extended-resource claim: it asks some, and its own claims
+    ask no GPUs (those get them there)."""
+    return bool(pod.requests.get(GPU_RESOURCE, 0)) and not (pod.device_demand and pod.device_demand.asks_devices)
+
+
+def out_where_dra_serves_gpus(pod: PodInfo) -> bool:
+    """Whether nodes where DRA serves nvidia.com/gpu are out for ``pod``: it
+    would get its GPUs there through an extended-resource claim, and it
+    reuses an init container's GPUs, for which this version writes none."""
+    return serves_through_extended_claim(pod) and reuses_init_gpus(pod)
 
 
 def resource_reasons(request: Mapping[str, int], free: Mapping[str, int]) -> list[str]:
@@ -84,7 +108,8 @@ def fit_reasons(pod: PodInfo, node: NodeInfo, free: Mapping[str, int]) -> list[s
 
 def placement_key(pod: PodInfo) -> Hashable:
     """What static predicates look at: pods with equal keys pass on the same nodes."""
-    return (tuple(sorted(pod.node_selector.items())), pod.affinity_terms, pod.tolerations, pod.device_demand)
+    return (tuple(sorted(pod.node_selector.items())), pod.affinity_terms, pod.tolerations, pod.device_demand,
+            out_where_dra_serves_gpus(pod))
 
 
 @dataclass(frozen=True)

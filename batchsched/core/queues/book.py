@@ -52,22 +52,25 @@ class Admission:
 @dataclass(frozen=True)
 class Reclaim:
     """A queue taking back room it lent (docs/queues.md, "Reclaim"): from
-    which queues, and how much each holds beyond its fair share."""
+    which queues, and how much each queue on their side of where they meet
+    the reclaiming queue holds beyond its fair share."""
 
     queue: str
-    excess: Mapping[str, Mapping[str, int]]  # victim queue -> resource -> beyond its fair share
+    excess: Mapping[str, Mapping[str, int]]  # queue on a victim's path -> resource -> beyond its fair share
+    paths: Mapping[str, tuple[str, ...]]  # victim queue -> it, and its parent unless shared with ``queue``
     queue_of: Callable[[str], str]
 
     def __call__(self, gang_key: str) -> bool:
         """Whether a gang is one the reclaim may evict."""
-        return self.queue_of(gang_key) in self.excess
+        return self.queue_of(gang_key) in self.paths
 
     def beyond(self, victims: Iterable[PodInfo]) -> str:
-        """Why evicting ``victims`` would take a queue below its fair share, or ""."""
+        """Why evicting ``victims`` would take a queue (a victim's, or its
+        parent with all its children's) below its fair share, or ""."""
         taken: dict[str, Resources] = {}
         for pod in victims:
-            name = self.queue_of(pod.gang_key)
-            taken[name] = res.add(taken.get(name, {}), pod.requests)
+            for name in self.paths[self.queue_of(pod.gang_key)]:
+                taken[name] = res.add(taken.get(name, {}), pod.requests)
         for name, amounts in sorted(taken.items()):
             for resource, amount in sorted(amounts.items()):
                 if resource in self.excess[name] and amount > self.excess[name][resource]:
@@ -281,18 +284,23 @@ class QueueBook:
         fair share with the gang's minimum placed, counting the room
         nominated to its other gangs, whose victims are on their way out
         (always, without Queue objects)."""
-        if not self.active:
-            return True
+        return not self.active or not self._beyond_share(gang)
+
+    def _beyond_share(self, gang: Gang) -> list[str]:
+        """The queues of the gang's chain (its queue, its parent) that would
+        go beyond their fair share with the gang's minimum placed, counting
+        as ``within_fair_share`` does."""
         minimum = self._minimum(gang)
         fair = self._fair_shares()
         coming = self._in_flight()[1]
+        beyond = []
         for charged in self._charged(self.queue_of(gang.key)):
             held = res.add(self._usage.get(charged, _Usage()).amounts, coming.get(charged, {}).get("", {}))
             own = coming.get(charged, {}).get(gang.key, {})  # this gang's own nomination is not extra
             if any(held.get(r, 0) - own.get(r, 0) + amount > fair.get(charged, {}).get(r, 0)
                    for r, amount in minimum.items() if amount):
-                return False
-        return True
+                beyond.append(charged)
+        return beyond
 
     def note_unplaced(self, gang: Gang) -> None:
         """``gang`` found no room this cycle, and holds none nominated: if
@@ -315,31 +323,53 @@ class QueueBook:
                 "within its own, waits for room (what it borrowed would be reclaimed)")
 
     def reclaim_for(self, gang: Gang) -> Reclaim | None:
-        """Whether the gang's queue may take back room lent to others: it
-        (and its parent) would stay within its fair share with the gang's
-        minimum placed; if so, from which queues: the reclaimable ones
-        holding more than their fair share of what the gang asks, not
-        counting what they already have terminating (so reclaims in flight
-        are not repeated while their victims go)."""
-        if not self.active or not self.within_fair_share(gang):
+        """Whether the gang's queue may take back room lent to others, and
+        from which queues.  Another queue is compared with the gang's where
+        their chains meet (their lowest common ancestor: a shared parent, or
+        the cluster): each queue on its side up to there (it, and its parent
+        unless that is shared) must be reclaimable and hold more than its
+        fair share of what the gang asks, not counting what it already has
+        terminating (so reclaims in flight are not repeated while their
+        victims go); each queue on the gang's side up to there must stay
+        within its fair share with the gang's minimum placed.  Above where
+        they meet nothing moves, so nothing there is compared, and room
+        never goes back and forth between two subtrees (docs/queues.md,
+        "Reclaim")."""
+        if not self.active:
             return None
         name = self.queue_of(gang.key)
+        chain = self._charged(name)
+        over = self._beyond_share(gang)
+        if name in over:
+            return None
         minimum = self._minimum(gang)
         fair = self._fair_shares()
         going = self._in_flight()[0]
-        excess: dict[str, dict[str, int]] = {}
-        for other, usage in self._usage.items():
-            info = self.queues.get(other, QueueInfo(other))
-            if other in self._charged(name) or other in self._parents or not info.reclaimable:
-                continue
+
+        def beyond_share(queue: str) -> dict[str, int]:
             # only what it holds beyond its share binds: below it in a resource
             # nobody contends for (its share is its demand) it would get it back at once
-            beyond = {r: held for r in minimum if minimum[r] and
-                      (held := usage.amounts.get(r, 0) - going.get(other, {}).get(r, 0)
-                       - math.ceil(fair.get(other, {}).get(r, 0))) > 0}
-            if beyond:
-                excess[other] = beyond
-        return Reclaim(name, excess, self.queue_of) if excess else None
+            held = self._usage.get(queue, _Usage()).amounts
+            return {r: more for r in minimum if minimum[r] and
+                    (more := held.get(r, 0) - going.get(queue, {}).get(r, 0)
+                     - math.ceil(fair.get(queue, {}).get(r, 0))) > 0}
+
+        excess: dict[str, dict[str, int]] = {}
+        paths: dict[str, tuple[str, ...]] = {}
+        for other in self._usage:
+            if other in chain or other in self._parents:
+                continue
+            theirs = self._charged(other)
+            if any(queue in over for queue in chain if queue not in theirs):
+                continue  # the gang's parent would go beyond its share taking from another subtree
+            path = tuple(queue for queue in theirs if queue not in chain)
+            if not all(self.queues.get(queue, QueueInfo(queue)).reclaimable for queue in path):
+                continue
+            beyond = {queue: beyond_share(queue) for queue in path}
+            if any(all(r in amounts for amounts in beyond.values()) for r in beyond[other]):
+                paths[other] = path
+                excess.update(beyond)
+        return Reclaim(name, excess, paths, self.queue_of) if paths else None
 
     def _minimum(self, gang: Gang) -> Resources:
         demand = self._demand(gang)
