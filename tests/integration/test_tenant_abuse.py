@@ -7,10 +7,7 @@ user of a shared cluster would be.
 """
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
-import yaml
 
 from batchsched.api.constants import GPU_IDS_ANNOTATION, PREEMPTIBLE_ANNOTATION
 from tests.integration.test_gang_scheduling import condition, make_gang, members_bound
@@ -19,8 +16,6 @@ from tests.support.kubectl import service_account_kubeconfig
 from tests.support.objects import pod, pod_group, priority_class
 
 pytestmark = pytest.mark.e2e
-
-TENANT_ROLES = Path(__file__).resolve().parents[2] / "deploy" / "tenant-roles.yaml"
 
 
 def may(client: TestKube, namespace: str, verb: str, resource: str, subresource: str = "") -> bool:
@@ -32,10 +27,10 @@ def may(client: TestKube, namespace: str, verb: str, resource: str, subresource:
 
 
 @pytest.fixture
-def tenant(env, kube, kubeconfig, tmp_path) -> TestKube:
-    """A client acting as a tenant: bound to `edit` in env's namespace.  The
-    shipped roles stay installed (cluster-wide, as deploy/ leaves them)."""
-    kube.apply_yaml_objects([o for o in yaml.safe_load_all(TENANT_ROLES.read_text()) if o])
+def tenant(env, kube, kubeconfig, tmp_path, deployed) -> TestKube:
+    """A client acting as a tenant: bound to `edit` in env's namespace, into
+    which deploy/'s RBAC (applied once per cluster) aggregates its roles."""
+    deployed.apply(kube)
     env.create({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "tenant"}})
     env.create({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
                 "metadata": {"name": "tenant"},
