@@ -53,7 +53,7 @@ async def _explain(args: argparse.Namespace) -> int:
             except ApiError as exc:
                 # DRA, Queues or a foreign CRD not served, or not ours to read
                 if reflector.optional and exc.status in (403, 404):
-                    reflector.replace({})
+                    reflector.hold_absent(exc)
                 elif not (exc.not_found and reflector.kind == "podgroups"):
                     raise  # (not found: the CRD is not installed, so no PodGroups)
     except (ApiError, OSError, aiohttp.ClientError) as exc:

@@ -246,6 +246,11 @@ class ClusterState:
         if old is not None:
             self._rejoin({old.key})
 
+    def set_claims_unreadable(self, why: str) -> None:
+        """The claims cannot be listed (``why``): every DRA GPU counts in use
+        until they can again ("")."""
+        self._dra_changed(self.dra.set_claims_unreadable(why))
+
     def assume_allocation(self, pod_uid: str, by_claim: Mapping[str, tuple[AllocatedDevice, ...]]) -> int:
         """Devices this scheduler is allocating to the pod's claims (claim
         uid, or ``EXTENDED_CLAIM``, -> devices) in a new binding attempt:

@@ -135,6 +135,8 @@ def explain_gang(snapshot: Snapshot, gang_key: str, config: CoreConfig = CoreCon
                    f"on {serving})")
     for name, why in sorted(dra["unsupportedClasses"].items()):
         report.add(f"  -> DeviceClass {name} ({constants.GPU_RESOURCE}) is not read: {why}")
+    if dra["claimsUnreadable"]:
+        report.add(f"  -> {dra['claimsUnreadable']}")
     if gpu_asked and not advertising and not dra["nodes"]:
         report.add("  -> no node advertises GPUs: is the NVIDIA device plugin running on the GPU nodes?")
 
@@ -159,6 +161,8 @@ def explain_gang(snapshot: Snapshot, gang_key: str, config: CoreConfig = CoreCon
                                    or resource_reasons(pod.requests, free[name])
                                    or _topology_reasons(node, rooms.get(name), pod.requests, gang.spec.topology,
                                                         demand), pod.requests)
+            if reasons and node.dra is not None and dra["claimsUnreadable"]:
+                reasons = [*reasons, dra["claimsUnreadable"]]  # why its DRA GPUs all count as taken
             if reasons:
                 report.add(f"  {name}: " + "; ".join(reasons))
                 nodes.append({"node": name, "fits": 0, "reasons": reasons})
@@ -271,7 +275,8 @@ def _dra_checklist(snapshot: Snapshot) -> dict[str, Any]:
             "problems": list(node.dra.problems)}
     return {"nodes": nodes, "devices": sum(n["devices"] for n in nodes.values()),
             "allocated": sum(n["allocated"] for n in nodes.values()),
-            "unsupportedClasses": dict(state.dra.selection.unsupported)}
+            "unsupportedClasses": dict(state.dra.selection.unsupported),
+            "claimsUnreadable": state.dra.claims_unreadable_note()}
 
 
 def _node_agent_checklist(snapshot: Snapshot, report: Report) -> None:

@@ -27,7 +27,9 @@ as synced and empty, said once in the log, and is listed again every
 ``ABSENT_RECHECK_SECONDS``: the scheduler runs as it did without DRA rather
 than stall every gang for an inventory it can do without (without the
 Queue CRD every gang is in the default queue, and one naming another
-queue waits with QueueNotFound).
+queue waits with QueueNotFound).  Claims are the exception that fails
+closed: without them no DRA GPU is known free, so the cache tells the state
+(``ClusterState.set_claims_unreadable``) and every DRA GPU counts in use.
 """
 from __future__ import annotations
 
@@ -79,6 +81,7 @@ MIN_BACKOFF_SECONDS, MAX_BACKOFF_SECONDS = 0.2, 30.0
 MAX_PROBLEM_LENGTH = 2000
 # How often a collection the API server does not serve is looked for again.
 ABSENT_RECHECK_SECONDS = 60.0
+CLAIMS_ABSENT_EFFECT = "no DRA GPU counts as free until they can be read"
 
 
 class Reflector:
@@ -93,11 +96,16 @@ class Reflector:
                  convert: Callable[[dict], tuple[str, Any] | None], replace: Callable[[dict[str, Any]], None],
                  apply: Callable[[str, dict], None], on_restart: Callable[[str, str], None] | None = None,
                  optional: bool = False, decode_page: Callable[[bytes], dict] = json.loads,
-                 decode_event: Callable[[bytes], dict] = json.loads):
+                 decode_event: Callable[[bytes], dict] = json.loads,
+                 on_absent: Callable[[str], None] | None = None, absent_effect: str = "running without them"):
         self.kube, self.path, self.kind = kube, path, kind
         self.decode_page, self.decode_event = decode_page, decode_event  # how list pages and watch lines are read
         self.optional = optional
         self.absent = False  # an optional collection the API server does not serve
+        # told why it turned absent ("kind may not be read (RBAC)"), and "" once listed again;
+        # absent_effect says in the log what its absence means
+        self.on_absent = on_absent or (lambda why: None)
+        self.absent_effect = absent_effect
         self.convert, self.replace, self.apply = convert, replace, apply
         self.on_restart = on_restart or (lambda kind, why: None)
         self.page_size = LIST_PAGE_SIZE
@@ -185,6 +193,7 @@ class Reflector:
                 if self.absent:
                     log.info("%s: now served; listed", self.kind)
                     self.absent = False
+                    self.on_absent("")
                 self.error = ""
                 self.synced.set()
                 await self._watch(resource_version)
@@ -217,13 +226,17 @@ class Reflector:
         """Synced and empty: what the scheduler uses without this collection
         (emptied once: a look that finds it still absent changes nothing)."""
         if not self.absent:
-            why = "may not be read (RBAC)" if exc.status == 403 else "are not served by the API server"
-            log.warning("%s (%s) %s: running without them; looking again every %.0fs: %s", self.kind, self.path,
-                        why, ABSENT_RECHECK_SECONDS, exc)
+            log.warning("%s (%s) %s: %s; looking again every %.0fs: %s", self.kind, self.path, absence(exc),
+                        self.absent_effect, ABSENT_RECHECK_SECONDS, exc)
             self.absent = True
-            self.replace({})
+            self.hold_absent(exc)
         self.error = ""
         self.synced.set()
+
+    def hold_absent(self, exc: ApiError) -> None:
+        """Hold the collection empty, the API server refusing it (``exc``: 403 or 404)."""
+        self.on_absent(f"{self.kind} {absence(exc)}")
+        self.replace({})
 
     def _failed(self, why: str) -> None:
         self.error = clip(why, 300)
@@ -326,7 +339,9 @@ class ClusterCache:
             Reflector(kube, "/api/v1/pods", "pods", self._pod_entry, self._replace_pods, self._apply_pod, restart,
                       decode_page=wire.pod_list, decode_event=wire.pod_event),
             *(Reflector(kube, f"{dra.API_PATH}/{kind}", kind, self._dra_entry(kind), self._dra_replace(kind),
-                        self._dra_apply(kind), restart, optional=True) for kind in _DRA),
+                        self._dra_apply(kind), restart, optional=True,
+                        **({"on_absent": self._claims_unreadable, "absent_effect": CLAIMS_ABSENT_EFFECT}
+                           if kind == "resourceclaims" else {})) for kind in _DRA),
         ]
 
     def _notify(self) -> None:
@@ -575,18 +590,23 @@ class ClusterCache:
 
     def _dra_entry(self, kind: str) -> Callable[[dict], tuple[str, Any] | None]:
         """A listed or changed DRA object.  One that does not convert is
-        reported and skipped, or, if an earlier version of it converted,
-        that version is kept: a claim's devices stay in use rather than be
-        handed out again on a bad write."""
+        reported; what of it is read all the same (a claim's allocation) is
+        kept, else, if an earlier version of it converted, that version: a
+        claim's devices stay in use rather than be handed out again on a bad
+        write.  Anything else is skipped."""
         convert, key_of, _, _ = _DRA[kind]
 
         def entry(obj: dict) -> tuple[str, Any] | None:
             try:
                 converted = convert(obj)
             except Exception as exc:  # noqa: BLE001 - whatever it holds, this object alone is skipped
-                why = clip(f"{_DRA_KIND_NAMES[kind]} not used: {exc}", MAX_PROBLEM_LENGTH)
+                partial = exc.partial if isinstance(exc, dra.DraError) else None
+                held_anyway = "" if partial is None else " beyond its allocation (its devices stay in use)"
+                why = clip(f"{_DRA_KIND_NAMES[kind]} not used{held_anyway}: {exc}", MAX_PROBLEM_LENGTH)
                 log.warning("ignoring %s %s: %s", kind, _name_of(obj), why)
                 self.on_bad_object(_DRA_KIND_NAMES[kind], obj, why)
+                if partial is not None:
+                    return key_of(partial), partial
                 key = _dra_key(kind, obj)
                 held = _dra_held(self.state, kind).get(key)
                 return None if held is None else (key, held)
@@ -632,6 +652,14 @@ class ClusterCache:
             self.capacity_freed |= kind != "resourceclaims" or (old is not None and old != new)
             self._notify()
         return apply
+
+    def _claims_unreadable(self, why: str) -> None:
+        """The claims cannot be listed (``why``), or can again (""): the
+        state decides what that means (every DRA GPU taken meanwhile)."""
+        if not why and self.state.dra.claims_unreadable:
+            self.capacity_freed = True
+        self.state.set_claims_unreadable(why)
+        self._notify()
 
     def _dra_synced(self, kind: str) -> None:
         """A DRA collection is listed: nodes whose topology check waited for
@@ -913,6 +941,11 @@ class ClusterCache:
     @property
     def nodes(self) -> Mapping[str, NodeInfo]:
         return self.state.nodes
+
+
+def absence(exc: ApiError) -> str:
+    """Why an optional collection is absent, from the API's refusal (403 or 404)."""
+    return "may not be read (RBAC)" if exc.status == 403 else "are not served by the API server"
 
 
 def foreign_kind(source: str) -> str:

@@ -49,7 +49,8 @@ async def run_replica(kubeconfig: str | None, config: SchedulerConfig, context: 
             metrics.read_leadership(elector.is_leading)
         scheduler = Scheduler(kube, config, leading=elector.leading if elector else None, metrics=metrics)
         scheduler.on_started = settle_heap  # the caches hold the cluster: keep the collector off them
-        runner = await server.serve(config.metrics_bind_address, metrics, _readiness(scheduler, elector))
+        runner = await server.serve(config.metrics_bind_address, metrics, _readiness(scheduler, elector),
+                                    scheduler.cache.state.dra.claims_unreadable_note)
         await _run_until_stopped(scheduler, elector)
     finally:
         if runner is not None:

@@ -59,11 +59,11 @@ def set_allocation(env, name: str, allocation: dict | None) -> None:
                          {"status": {"allocation": allocation}})
 
 
-def explain(env, tmp_path, target: str) -> dict:
+def explain(env, tmp_path, target: str, kubeconfig: str | None = None) -> dict:
     config = tmp_path / "explain.yaml"
     config.write_text(yaml.safe_dump({"nodeSelector": env.node_label}))
     out = subprocess.run([sys.executable, "-m", "batchsched", "explain", "-o", "json", "-n", env.namespace, target,
-                          "--kubeconfig", env.kubeconfig, "--config", str(config)],
+                          "--kubeconfig", kubeconfig or env.kubeconfig, "--config", str(config)],
                          capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)

@@ -68,6 +68,8 @@ def join_demand(pod: PodInfo, claims: Callable[[str], ResourceClaim | None],
         claim = claims(key)
         if claim is None:
             return DeviceDemand(problem=f"waiting for ResourceClaim {clip(key, 200)} (not found)")
+        if claim.partial:  # only its allocation is read: whose it is and what it asks are not known
+            return DeviceDemand(problem=f"ResourceClaim {clip(key, 200)}: {claim.unsupported}")
         if ref.template and claim.owner_pod != pod.uid:
             return DeviceDemand(problem=f"ResourceClaim {clip(key, 200)} was not made for this pod "
                                         "(its controller is not the pod)")

@@ -5,7 +5,9 @@ Only what the inventory reads is kept.  Tenants write claims, admins write
 classes and slices; either may be hostile or broken, so every list and name
 is bounded by the API server's own limits (resource.k8s.io/v1 validation):
 an object beyond them is refused with a ``DraError`` naming the field, and
-the shell reports and skips it.
+the shell reports and skips it.  A claim is read allocation first: one
+refused for anything else still holds its devices, as a partial claim
+(``DraError.partial``) that nothing is allocated from.
 """
 from __future__ import annotations
 
@@ -25,6 +27,9 @@ MAX_DEVICES_PER_SLICE = 128  # ResourceSliceMaxDevices
 MAX_ATTRIBUTES_PER_DEVICE = 32  # ResourceSliceMaxAttributesAndCapacitiesPerDevice
 MAX_RESULTS = 32  # AllocationResultsMaxSize
 MAX_RESERVED_FOR = 256  # ResourceClaimReservedForMaxSize
+# The API bounds ownerReferences only by the object's size; a claim with
+# more than this many is not read past its allocation.
+MAX_OWNER_REFERENCES = 256
 MAX_SELECTORS = 32  # DeviceSelectorsMaxSize
 MAX_CONFIG = 32  # DeviceConfigMaxSize
 MAX_OPAQUE_PARAMETERS = 10 * 1024  # OpaqueParametersMaxLength
@@ -42,7 +47,13 @@ class Version(str):
 
 
 class DraError(ValueError):
-    """An object the inventory cannot use; the message names the field."""
+    """An object the inventory cannot use; the message names the field.
+    ``partial``: what of it is read all the same (a claim refused beyond its
+    allocation), None when nothing is."""
+
+    def __init__(self, message: str, partial: ResourceClaim | None = None):
+        super().__init__(message)
+        self.partial = partial
 
 
 @dataclass(frozen=True)
@@ -124,6 +135,9 @@ class ResourceClaim:
     config: tuple[str, ...] = ()
     allocated_node: str = ""  # the node its allocation's nodeSelector names ("" when none is read)
     unsupported: str = ""  # why its spec cannot be allocated by this version ("" when it can)
+    # Only its identity and allocation were read (``unsupported`` says why):
+    # its devices are held, and no pod of ours uses it.
+    partial: bool = False
 
     @property
     def key(self) -> str:
@@ -166,6 +180,18 @@ def _int(value: Any, where: str) -> int:
     return value
 
 
+def _opaque(raw: Any, where: str) -> dict:
+    """An opaque configuration, its parameters measured as the API server
+    does: bytes of JSON, non-ASCII text as UTF-8 (its raw bytes are gone once
+    decoded; the compact encoding is the fewest the API can have counted)."""
+    raw = _dict(raw, where)
+    driver = _text(raw.get("driver"), f"{where}.driver")
+    size = len(json.dumps(raw.get("parameters"), ensure_ascii=False, separators=(",", ":")).encode())
+    if size > MAX_OPAQUE_PARAMETERS:
+        raise DraError(f"{where}.parameters is {size} bytes, more than {MAX_OPAQUE_PARAMETERS}")
+    return {"driver": driver, "parameters": raw.get("parameters")}
+
+
 def class_from_json(obj: Mapping[str, Any]) -> DeviceClass:
     meta, spec = _dict(obj.get("metadata"), "metadata"), _dict(obj.get("spec"), "spec")
     selectors = []
@@ -174,12 +200,8 @@ def class_from_json(obj: Mapping[str, Any]) -> DeviceClass:
         selectors.append(_text(cel.get("expression"), f"spec.selectors[{k}].cel.expression", MAX_EXPRESSION))
     config = []
     for k, raw in enumerate(_list(spec.get("config"), "spec.config", MAX_CONFIG)):
-        opaque = _dict(_dict(raw, f"spec.config[{k}]").get("opaque"), f"spec.config[{k}].opaque")
-        _text(opaque.get("driver"), f"spec.config[{k}].opaque.driver")
-        encoded = json.dumps(opaque, sort_keys=True)
-        if len(encoded) > MAX_OPAQUE_PARAMETERS + MAX_NAME + 64:
-            raise DraError(f"spec.config[{k}].opaque is longer than {MAX_OPAQUE_PARAMETERS} characters")
-        config.append(encoded)
+        opaque = _opaque(_dict(raw, f"spec.config[{k}]").get("opaque"), f"spec.config[{k}].opaque")
+        config.append(json.dumps(opaque, sort_keys=True))
     return DeviceClass(_text(meta.get("name"), "metadata.name"),
                        _text(spec.get("extendedResourceName"), "spec.extendedResourceName"), tuple(selectors),
                        tuple(config))
@@ -299,16 +321,15 @@ def _claim_spec(spec: dict) -> tuple[tuple[DeviceRequest, ...], tuple[MatchAttri
             constraints.append(read)
     config = []
     for k, raw in enumerate(_list(devices.get("config"), "spec.devices.config", MAX_CONFIG)):
-        raw = _dict(raw, f"spec.devices.config[{k}]")
-        opaque = _dict(raw.get("opaque"), f"spec.devices.config[{k}].opaque")
-        if not opaque:
-            unsupported = unsupported or f"spec.devices.config[{k}] has no opaque configuration"
+        where = f"spec.devices.config[{k}]"
+        raw = _dict(raw, where)
+        if not _dict(raw.get("opaque"), f"{where}.opaque"):
+            unsupported = unsupported or f"{where} has no opaque configuration"
             continue
-        encoded = json.dumps({"requests": _list(raw.get("requests"), f"spec.devices.config[{k}].requests",
-                                                MAX_REQUESTS), "opaque": opaque}, sort_keys=True)
-        if len(encoded) > MAX_OPAQUE_PARAMETERS + 4 * MAX_NAME:
-            raise DraError(f"spec.devices.config[{k}].opaque is longer than {MAX_OPAQUE_PARAMETERS} characters")
-        config.append(encoded)
+        requests_named = [_text(name, f"{where}.requests[{n}]", MAX_DEVICE_NAME)
+                          for n, name in enumerate(_list(raw.get("requests"), f"{where}.requests", MAX_REQUESTS))]
+        config.append(json.dumps({"requests": requests_named, "opaque": _opaque(raw["opaque"], f"{where}.opaque")},
+                                 sort_keys=True))
     unsupported = unsupported or next((r.unsupported for r in requests if r.unsupported), "")
     return requests, tuple(constraints), tuple(config), unsupported
 
@@ -330,8 +351,8 @@ def _allocated_node(allocation: dict) -> str:
     return ""
 
 
-def claim_from_json(obj: Mapping[str, Any]) -> ResourceClaim:
-    meta, status = _dict(obj.get("metadata"), "metadata"), _dict(obj.get("status"), "status")
+def _allocation(status: dict) -> tuple[tuple[AllocatedDevice, ...], str]:
+    """``status.allocation``: its devices and the node it names."""
     allocation = _dict(status.get("allocation"), "status.allocation")
     devices = _dict(allocation.get("devices"), "status.allocation.devices")
     allocated = []
@@ -342,19 +363,42 @@ def claim_from_json(obj: Mapping[str, Any]) -> ResourceClaim:
                                          _text(raw.get("driver"), f"{where}.driver"),
                                          _text(raw.get("pool"), f"{where}.pool"),
                                          _text(raw.get("device"), f"{where}.device", MAX_DEVICE_NAME)))
+    return tuple(allocated), _allocated_node(allocation) if allocation else ""
+
+
+def _reserved_for(status: dict) -> tuple[str, ...]:
+    """The uids of the pods in ``status.reservedFor``."""
     reserved = []
     for k, raw in enumerate(_list(status.get("reservedFor"), "status.reservedFor", MAX_RESERVED_FOR)):
         raw = _dict(raw, f"status.reservedFor[{k}]")
         if raw.get("resource") == "pods" and not raw.get("apiGroup"):
             reserved.append(_text(raw.get("uid"), f"status.reservedFor[{k}].uid"))
-    owner = ""
-    for k, raw in enumerate(_list(meta.get("ownerReferences"), "metadata.ownerReferences", MAX_RESERVED_FOR)):
-        raw = _dict(raw, f"metadata.ownerReferences[{k}]")
-        if raw.get("controller") is True and raw.get("kind") == "Pod" and raw.get("apiVersion") == "v1":
-            owner = _text(raw.get("uid"), f"metadata.ownerReferences[{k}].uid")
-    annotations = _dict(meta.get("annotations"), "metadata.annotations")
-    requests, constraints, config, unsupported = _claim_spec(_dict(obj.get("spec"), "spec"))
-    return ResourceClaim(_text(meta.get("uid"), "metadata.uid"), _text(meta.get("namespace"), "metadata.namespace"),
-                         _text(meta.get("name"), "metadata.name"), tuple(allocated), tuple(reserved), owner,
+    return tuple(reserved)
+
+
+def claim_from_json(obj: Mapping[str, Any]) -> ResourceClaim:
+    """The claim; a ``DraError`` when any of it cannot be read, carrying the
+    claim's identity and allocation as ``partial`` where those can: a claim
+    refused for its spec (the API allows what this version does not read)
+    must still hold the devices it was allocated."""
+    meta, status = _dict(obj.get("metadata"), "metadata"), _dict(obj.get("status"), "status")
+    uid, namespace = _text(meta.get("uid"), "metadata.uid"), _text(meta.get("namespace"), "metadata.namespace")
+    name = _text(meta.get("name"), "metadata.name")
+    allocated, allocated_node = _allocation(status)
+    reserved: tuple[str, ...] = ()
+    try:
+        reserved = _reserved_for(status)
+        owner = ""
+        for k, raw in enumerate(_list(meta.get("ownerReferences"), "metadata.ownerReferences", MAX_OWNER_REFERENCES)):
+            raw = _dict(raw, f"metadata.ownerReferences[{k}]")
+            if raw.get("controller") is True and raw.get("kind") == "Pod" and raw.get("apiVersion") == "v1":
+                owner = _text(raw.get("uid"), f"metadata.ownerReferences[{k}].uid")
+        annotations = _dict(meta.get("annotations"), "metadata.annotations")
+        requests, constraints, config, unsupported = _claim_spec(_dict(obj.get("spec"), "spec"))
+    except DraError as error:
+        raise DraError(str(error), ResourceClaim(uid, namespace, name, allocated, reserved,
+                                                 allocated_node=allocated_node, unsupported=f"not read: {error}",
+                                                 partial=True)) from error
+    return ResourceClaim(uid, namespace, name, allocated, reserved, owner,
                          annotations.get(EXTENDED_RESOURCE_CLAIM_ANNOTATION) == "true", requests, constraints,
-                         config, _allocated_node(allocation) if allocation else "", unsupported)
+                         config, allocated_node, unsupported)

@@ -15,7 +15,9 @@ beside the claims, so a relist of the claims never frees them; one ends
 when its claim is seen reserved for the pod and holding its devices, when
 the pod goes, or when its writer calls ``forget_allocation`` for the
 attempt.  After a restart, nothing but the claims is needed: their
-allocations are the truth.
+allocations are the truth.  While the claims cannot be listed at all
+(``claims_unreadable``: RBAC, or not served), no device is known free, so
+every one is in use.
 """
 from __future__ import annotations
 
@@ -57,6 +59,7 @@ class DraState:
         self._pool_nodes: dict[tuple[str, str], Counter] = {}  # (driver, pool) -> node -> slices
         self._in_use: Counter = Counter()  # device key -> claims (and assumptions) holding it
         self._reserved: dict[str, dict[str, None]] = {}  # pod uid -> claim uids reserved for it
+        self.claims_unreadable = ""  # why the claims cannot be listed ("" while they can)
 
     # ---- classes and slices ----------------------------------------------------
 
@@ -156,6 +159,13 @@ class DraState:
                     del self._reserved[pod_uid]
         return self._hold(old.allocated, -1)
 
+    def set_claims_unreadable(self, why: str) -> Iterable[str]:
+        """The claims cannot be listed (``why``), or can again ("")."""
+        if why == self.claims_unreadable:
+            return ()
+        self.claims_unreadable = why
+        return list(self._node_slices)
+
     def assume_allocation(self, pod_uid: str,
                           by_claim: Mapping[str, tuple[AllocatedDevice, ...]]) -> tuple[int, set[str]]:
         """This scheduler is writing these allocations (claim uid, or
@@ -207,17 +217,26 @@ class DraState:
     # ---- reading ------------------------------------------------------------------
 
     def in_use(self, key: DeviceKey) -> bool:
-        return key in self._in_use
+        return bool(self.claims_unreadable) or key in self._in_use
+
+    def claims_unreadable_note(self) -> str:
+        """What the claims not being readable costs, where nodes have DRA
+        devices ("" otherwise: nothing is held back)."""
+        if self.claims_unreadable and self._node_slices:
+            return f"{self.claims_unreadable}: no DRA GPU counts as free until they can be read"
+        return ""
 
     def held_by_others(self, pod_uid: str, devices: Iterable[AllocatedDevice]) -> list[str]:
         """Those of ``devices`` in a claim's allocation, or in flight for
         another pod (a last check before writing them for ``pod_uid``)."""
+        if self.claims_unreadable:
+            return [d.device for d in devices]
         own = self._in_flight_devices(pod_uid)
         return [d.device for d in devices if self._in_use.get(d.key, 0) > (d.key in own)]
 
     def allocated(self, dra: NodeDra) -> int:
         """How many of the node's DRA GPUs are in use."""
-        return sum(1 for gpu in dra.gpus if gpu.key in self._in_use)
+        return sum(1 for gpu in dra.gpus if self.in_use(gpu.key))
 
     def _in_flight_devices(self, pod_uid: str) -> set[DeviceKey]:
         return {d.key for key in self._in_flight_of.get(pod_uid, ()) for d in self.in_flight[key]}
