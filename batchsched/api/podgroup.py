@@ -18,6 +18,9 @@ Quantity = int | Annotated[str, Field(max_length=64)]
 ResourceName = Annotated[str, Field(min_length=1, max_length=253)]
 MAX_MIN_RESOURCES = 32
 MAX_INT32 = 2**31 - 1
+# Members status.boundByScheduler names: one still bound is all precedence
+# needs (core/gangs.py), and the status stays small however large the gang.
+MAX_RECORDED_BINDINGS = 16
 
 
 class ApiModel(BaseModel):
@@ -83,6 +86,10 @@ class PodGroupStatus(ApiModel):
     priority: int | None = None  # what the gang queues and preempts at; unset while it has no members
     schedule_start_time: str | None = Field(None, alias="scheduleStartTime")
     conditions: list[Condition] = Field(default_factory=list)
+    # UIDs of members batchsched bound (docs/binding.md): status is the
+    # scheduler's to write, not the tenants', so a restart believes it.
+    bound_by_scheduler: list[str] | None = Field(None, alias="boundByScheduler",
+                                                 max_length=MAX_RECORDED_BINDINGS)
 
 
 class ObjectMeta(ApiModel):

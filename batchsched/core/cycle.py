@@ -171,7 +171,7 @@ def schedule_cycle(snapshot: Snapshot, queue: GangQueue, config: CoreConfig = Co
     lent = _refresh_reservation(snapshot, gangs, queue, config, book, preemption)
     cluster_total = snapshot.cluster.total_allocatable
     evicting: set[str] = set()  # victims chosen earlier in this cycle
-    for key in book.in_turn(queue.attempts(now, config.max_gangs_per_cycle), lambda key: gangs[key].partly_bound):
+    for key in book.in_turn(queue.attempts(now, config.max_gangs_per_cycle), lambda key: gangs[key].first_in_line):
         if key in starting_over:
             continue
         if capacity is None:

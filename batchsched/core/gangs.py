@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Hashable, Iterator, Mapping, Sequence
 
 from batchsched.api.constants import POD_GROUP_LABEL
+from batchsched.api.podgroup import MAX_RECORDED_BINDINGS
 from batchsched.core.cluster import ClusterState
 from batchsched.core.gangsources import OWN, SOURCES, jobsets, stated_size
 from batchsched.core.model import GroupSpec, PodInfo
@@ -96,11 +97,20 @@ class Gang:
         """How many pending members must be placed at once to reach quorum."""
         return max(0, self.min_member - len(self.bound_active))
 
-    @functools.cached_property
+    @property
     def partly_bound(self) -> bool:
-        """Members this scheduler bound hold room while the quorum is short:
-        the rest go before anyone else takes room (kept, as ``signature``)."""
-        return self.need > 0 and any(p.bound_by_scheduler for p in self.bound_active)
+        """Bound members hold room while the quorum is short: left so too
+        long, the gang starts over, whoever bound them (a gang that cannot
+        complete holds nothing; core/cycle.py)."""
+        return self.need > 0 and bool(self.bound_active)
+
+    @functools.cached_property
+    def first_in_line(self) -> bool:
+        """Partly bound by this scheduler: the rest go before anyone else
+        takes room (kept, as ``signature``).  Bound members nobody proves
+        ours (a pod created with spec.nodeName, one found bound at a start
+        that the PodGroup's status does not name) give no precedence."""
+        return self.partly_bound and any(bound_by_us(p, self.spec) for p in self.bound_active)
 
     @functools.cached_property
     def signature(self) -> Hashable:
@@ -199,6 +209,25 @@ class GangIndex(Mapping[str, Gang]):
 def build_gangs(snapshot: Snapshot) -> dict[str, Gang]:
     """Every gang with at least one pod of ours, by key, in key order."""
     return dict(GangIndex(snapshot))
+
+
+def bound_by_us(pod: PodInfo, spec: GroupSpec) -> bool:
+    """Whether batchsched bound the gang's member: this process made or saw
+    the binding, or the PodGroup's status (which tenants cannot write) says
+    so.  Only the status outlives a restart; where it is missing (a gang
+    of another source, a binding made just before a crash) nothing is
+    believed, and the gang gets no precedence (docs/binding.md)."""
+    return pod.bound_by_scheduler or pod.uid in spec.recorded_bindings
+
+
+def bindings_to_record(members: Sequence[PodInfo], recorded: frozenset[str]) -> list[str]:
+    """What a PodGroup's status.boundByScheduler says next: the UIDs of the
+    bound members batchsched bound (``recorded``: what it says now), at
+    most MAX_RECORDED_BINDINGS of them, in a stable order.  One still bound
+    is all ``Gang.first_in_line`` needs."""
+    uids = sorted(p.uid for p in members if p.holds_resources and not p.terminating
+                  and (p.bound_by_scheduler or p.uid in recorded))
+    return uids[:MAX_RECORDED_BINDINGS]
 
 
 def effective_priority(spec: GroupSpec, members: list[PodInfo]) -> int:

@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 from typing import Any, Mapping
 
 from batchsched.api import constants
-from batchsched.api.podgroup import PodGroupSpec, parse_spec
+from batchsched.api.podgroup import MAX_RECORDED_BINDINGS, PodGroupSpec, parse_spec
 from batchsched.core import gangsources
 from batchsched.core import resources as res
 from batchsched.core.dra.demand import DeviceDemand, PodClaim
@@ -131,9 +131,11 @@ class PodInfo:
     checkpoint: float = 0.0
     checkpoint_problem: str = ""
     preemption_policy: str = "PreemptLowerPriority"  # or Never, from its PriorityClass
-    # This scheduler made (or saw being made) the pod's binding: its GPU ids
-    # are the ones it chose, and it may give a partly bound gang precedence.
-    # A pod created with spec.nodeName, or bound by anyone else, is not.
+    # This process made (or saw being made) the pod's binding, while the pod
+    # was in the gang it is in now: the pod may give that gang precedence
+    # (core/gangs.py).  A pod created with spec.nodeName, bound by anyone
+    # else, or found bound at a start, is not (a start believes only its
+    # PodGroup's status: GroupSpec.recorded_bindings).
     bound_by_scheduler: bool = False
     owner_kind: str = ""  # kind of its controller (the ownerReference with controller: true)
     restart_policy: str = "Always"
@@ -289,6 +291,10 @@ class GroupSpec:
     # replicated Jobs', if each has one): enforced by the Job controller
     # (core/queueing/runtime.py).
     job_deadline_seconds: int | None = None
+    # UIDs of members its status.boundByScheduler names as bound by
+    # batchsched: tenants cannot write status, so this outlives a restart
+    # (docs/binding.md).  Only our own PodGroups have such a place.
+    recorded_bindings: frozenset[str] = frozenset()
 
     @property
     def key(self) -> str:
@@ -699,4 +705,15 @@ def group_from_json(obj: Mapping[str, Any], priority: int | None = None) -> Grou
                      != "false"),
         queue=spec.queue or "",
         expected_runtime_seconds=spec.expected_runtime_seconds,
+        recorded_bindings=recorded_bindings(obj),
     )
+
+
+def recorded_bindings(obj: Mapping[str, Any]) -> frozenset[str]:
+    """The member UIDs a PodGroup's status.boundByScheduler names (what
+    batchsched wrote there); anything else there names none."""
+    status = obj.get("status")
+    uids = status.get("boundByScheduler") if isinstance(status, dict) else None
+    if not isinstance(uids, list):
+        return frozenset()
+    return frozenset(u for u in uids[:MAX_RECORDED_BINDINGS] if isinstance(u, str))

@@ -50,6 +50,7 @@ from batchsched.core.dra import model as dra
 from batchsched.core.gangsources import jobs, jobsets, native, schedulerplugins, volcano
 from batchsched.core.model import (
     GroupSpec, NodeInfo, PodInfo, annotated_topology, group_from_json, node_from_json, pod_from_json, pod_with,
+    recorded_bindings,
 )
 from batchsched.core.queues.model import QueueInfo, queue_from_json
 from batchsched.core.snapshot import Snapshot
@@ -288,9 +289,10 @@ class ClusterCache:
         # bound by the watch.  Never expires: only the watch, the pod's end
         # or a binder that learnt the binding failed ends an assumption.
         self.assumed: dict[str, tuple[str, tuple[int, ...]]] = {}
-        # uid -> GPU ids of the bound pods whose binding this scheduler made
-        # or witnessed (see _trusted): the only GPU ids it believes.
-        self.witnessed: dict[str, tuple[int, ...]] = {}
+        # uid -> (GPU ids, gang key) of the bound pods whose GPU ids this
+        # scheduler believes (see _trusted); the gang is the one the pod was
+        # in when this process made or saw its binding, "" when it did not.
+        self.witnessed: dict[str, tuple[tuple[int, ...], str]] = {}
         self.pods_listed = False  # the first pod list is in: later arrivals are judged by what was seen
         self.touched_gangs: set[str] = set()
         self.capacity_freed = False
@@ -396,6 +398,12 @@ class ClusterCache:
         were: editing or removing the annotation later changes nothing.
         Every other pod's GPUs count by number only.
 
+        Bound by this scheduler (which may give its gang precedence) are only
+        the pods whose binding this process made or saw, while they stay in
+        the gang they were in then: a pod moved to another gang by its label
+        proves nothing there.  Whether one found bound at a start was ours
+        is the PodGroup's status to say (core/gangs.py ``bound_by_us``).
+
         On such a pod, the node agent's gpu-ids-actual (what the kubelet
         really gave it) wins over the plan when it names as many GPUs and an
         agent reports on the node (its BatchschedGPUReady condition: nodes
@@ -406,22 +414,26 @@ class ClusterCache:
         if not pod.node_name or pod.scheduler_name != self.scheduler_name:
             self.witnessed.pop(pod.uid, None)
             return pod_with(pod, gpu_ids=()) if pod.gpu_ids else pod
-        ids = self.witnessed.get(pod.uid)
-        if ids is None:
+        witnessed = self.witnessed.get(pod.uid)
+        if witnessed is None:
             assumed = self.assumed.get(pod.uid)
             before = self.pods.get(pod.uid)
             if assumed is not None and assumed[0] == pod.node_name:
-                ids = assumed[1]  # ours: the API copied them from our Binding
-            elif (before is not None and not before.node_name) or not self.pods_listed:
-                ids = pod.gpu_ids
+                witnessed = (assumed[1], pod.gang_key)  # ours: the API copied the ids from our Binding
+            elif before is not None and not before.node_name:
+                witnessed = (pod.gpu_ids, pod.gang_key)
+            elif not self.pods_listed:
+                witnessed = (pod.gpu_ids, "")
             else:
                 return pod_with(pod, gpu_ids=()) if pod.gpu_ids else pod
-            self.witnessed[pod.uid] = ids
+            self.witnessed[pod.uid] = witnessed
+        ids, gang = witnessed
         if pod.gpu_ids_actual and len(pod.gpu_ids_actual) == len(ids) and self._agent_on(pod.node_name):
             ids = pod.gpu_ids_actual
-        if pod.gpu_ids == ids and pod.bound_by_scheduler:
+        ours = gang == pod.gang_key
+        if pod.gpu_ids == ids and pod.bound_by_scheduler == ours:
             return pod
-        return pod_with(pod, gpu_ids=ids, bound_by_scheduler=True)
+        return pod_with(pod, gpu_ids=ids, bound_by_scheduler=ours)
 
     def _agent_on(self, node_name: str) -> bool:
         node = self.nodes.get(node_name)
@@ -742,7 +754,8 @@ class ClusterCache:
             old = self.groups_raw.get(key)
             self.groups_raw[key] = obj
             if old is None or old.get("spec") != obj.get("spec") or \
-                    old["metadata"].get("generation") != obj["metadata"].get("generation"):
+                    old["metadata"].get("generation") != obj["metadata"].get("generation") or \
+                    recorded_bindings(old) != recorded_bindings(obj):
                 self._convert_group(key, obj)
         self._notify()
 

@@ -21,11 +21,11 @@ from batchsched.core.cycle import (
 from batchsched.core.gangsources import NATIVE, OWN, SCHEDULER_PLUGINS, SOURCES, VOLCANO, source_of_key
 from batchsched.core.gangsources import jobsets, native, schedulerplugins, volcano
 from batchsched.core.gangs import (
-    REASON_FOREIGN_MEMBERS, effective_priority, foreign_members, foreign_note, foreign_pod_message,
-    no_members_message,
+    REASON_FOREIGN_MEMBERS, bindings_to_record, effective_priority, foreign_members, foreign_note,
+    foreign_pod_message, no_members_message,
 )
 from batchsched.core.gpu_pools import GpuPoolTally
-from batchsched.core.model import PodInfo, parse_time
+from batchsched.core.model import PodInfo, parse_time, recorded_bindings
 from batchsched.core.queueing.idle import idle_on
 from batchsched.core.queueing.queue import GangQueue, Reservation
 from batchsched.core.queues.report import QueueSummary, summarize
@@ -589,10 +589,14 @@ class Scheduler:
             pending=counters.pending, elastic=max(0, counters.bound - min_member),
             priority=effective_priority(spec, members) if spec and members else None,
             conditions=[Condition.model_validate(c) for c in conditions_for(phase, reason, message)],
-            schedule_start_time=self.start_times.get(key))
+            schedule_start_time=self.start_times.get(key),
+            # what a restart believes of who bound the members (docs/binding.md)
+            bound_by_scheduler=bindings_to_record(members, recorded_bindings(obj)) or None)
         written = status.to_json()
-        if status.priority is None and "priority" in (self.status.last_written(key) or {}):
-            written["priority"] = None  # a merge patch removes a field only when told so
+        last = self.status.last_written(key) or {}
+        for field in ("priority", "boundByScheduler"):
+            if field not in written and field in last:
+                written[field] = None  # a merge patch removes a field only when told so
         self.status.update(key, written)
 
     def _bad_object(self, kind: str, obj: dict, why: str) -> None:

@@ -15,7 +15,7 @@ import pytest
 
 from tests.integration.test_gang_scheduling import condition, make_gang, members_bound
 from tests.support.kube import wait_for
-from tests.support.objects import pod
+from tests.support.objects import pod, priority_class
 
 pytestmark = pytest.mark.e2e
 
@@ -57,6 +57,51 @@ def refuse_binding_of(env, pod_name: str) -> str:
         return False
     wait_for("the admission policy in force", refused, timeout=30, interval=0.5)
     return name
+
+
+def lift(env, policy: str, pod_name: str) -> None:
+    """Remove ``refuse_binding_of``'s policy; returns once a binding of the
+    pod would go through (a dry run, which admission judges alike)."""
+    for path in list(env.cluster_objects):
+        if policy in path:
+            env.kube.delete(path)
+    body = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": pod_name},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": env.nodes[0]}}
+
+    def admitted() -> bool:
+        try:
+            env.kube.request("POST", f"/api/v1/namespaces/{env.namespace}/pods/{pod_name}/binding", body=body,
+                             query={"dryRun": "All"})
+        except Exception as exc:  # noqa: BLE001 - refused by the policy still
+            return "refused by policy" not in str(exc)
+        return True
+    wait_for("the admission policy lifted", admitted, timeout=30, interval=0.5)
+
+
+def test_a_gang_partly_bound_before_a_restart_keeps_its_precedence(env, start_scheduler):
+    """A start believes who bound a member from the PodGroup's status alone
+    (docs/binding.md): what the first replica wrote there, the next reads."""
+    low, high = f"low-{env.id}", f"high-{env.id}"
+    env.add_cluster_object(priority_class(low, 100))
+    env.add_cluster_object(priority_class(high, 1000))
+    env.add_node("n1", gpus=4)
+    policy = refuse_binding_of(env, "g-2")
+    make_gang(env, "g", 3, cpu="1", gpus=1, priority_class=low)
+    first = start_scheduler(binding={"retries": 0})
+    wait_for("two members bound", lambda: members_bound(env, "g-") == ["g-0", "g-1"], timeout=30)
+    uids = sorted(env.pods()[name]["metadata"]["uid"] for name in ("g-0", "g-1"))
+    wait_for("both recorded", lambda: sorted((env.podgroup("g").get("status") or {}).get("boundByScheduler") or ())
+             == uids, timeout=30)
+    first.stop()
+    lift(env, policy, "g-2")
+    # a gang of higher priority that needs the room the remainder needs
+    make_gang(env, "h", 1, cpu="1", gpus=2, priority_class=high)
+    start_scheduler()
+    wait_for("the partly bound gang completed first", lambda: members_bound(env, "g-") == ["g-0", "g-1", "g-2"],
+             timeout=30)
+    wait_for("the other gang waiting", lambda: condition(env.podgroup("h"), "Scheduled").get("reason")
+             == "Unschedulable")
+    assert members_bound(env, "h-") == []
 
 
 def bind_errors(proc) -> float:

@@ -101,8 +101,9 @@ def gpu_pod(name, uid, node="", ids=""):
 def test_gpu_ids_are_believed_only_for_bindings_made_or_seen(cache):
     relist(cache, "pods", [gpu_pod("listed", "u0", node="n", ids="0,1"), gpu_pod("ours", "u1"),
                          gpu_pod("seen", "u2")])
-    # found at the first list: believed (nothing else to go by after a start)
-    assert cache.pods["u0"].gpu_ids == (0, 1) and cache.pods["u0"].bound_by_scheduler
+    # found at the first list: ids believed (nothing else to go by after a start);
+    # whether we bound it, only its PodGroup's status can say (test_partial_gangs.py)
+    assert cache.pods["u0"].gpu_ids == (0, 1) and not cache.pods["u0"].bound_by_scheduler
     # bound by us: the ids we chose, whatever the annotation the watch brings
     cache.assume("u1", "n", (2, 3))
     cache._apply_pod("MODIFIED", gpu_pod("ours", "u1", node="n", ids="6,7"))
@@ -114,6 +115,59 @@ def test_gpu_ids_are_believed_only_for_bindings_made_or_seen(cache):
     cache._apply_pod("ADDED", gpu_pod("forged", "u3", node="n", ids="6,7"))
     assert cache.pods["u3"].gpu_ids == () and not cache.pods["u3"].bound_by_scheduler
     assert cache.pods["u3"].requests["nvidia.com/gpu"] == 2
+
+
+def podgroup_json(name: str, recorded: list[str] | None = None) -> dict:
+    obj = {"metadata": {"name": name, "namespace": "ns", "generation": 1}, "spec": {"minMember": 2}}
+    if recorded is not None:
+        obj["status"] = {"boundByScheduler": recorded}
+    return obj
+
+
+def test_a_start_believes_who_bound_a_member_only_from_its_podgroups_status(cache):
+    relist(cache, "podgroups", [podgroup_json("g", ["u0"])])
+    relist(cache, "pods", [pod_json("ours", "u0", node="n", group="g"), pod_json("forged", "u1", node="n", group="g"),
+                           pod_json("rest", "u2", group="g")])
+    assert not cache.pods["u0"].bound_by_scheduler and not cache.pods["u1"].bound_by_scheduler
+    assert cache.groups["ns/g"].recorded_bindings == {"u0"}
+    # the status written again (our next record) is read again, the spec unchanged
+    cache._apply_group("MODIFIED", podgroup_json("g", ["u0", "u2"]))
+    assert cache.groups["ns/g"].recorded_bindings == {"u0", "u2"}
+    cache._apply_group("MODIFIED", podgroup_json("g"))
+    assert cache.groups["ns/g"].recorded_bindings == frozenset()
+
+
+def test_the_status_names_the_members_we_bound_and_no_others():
+    from batchsched.config import SchedulerConfig
+    from batchsched.shell.scheduler import Scheduler
+
+    scheduler = Scheduler(kube=None, config=SchedulerConfig())  # type: ignore[arg-type]  # nothing is sent
+    cache = scheduler.cache
+    relist(cache, "podgroups", [podgroup_json("g", ["u0"])])
+    relist(cache, "pods", [pod_json("recorded", "u0", node="n", group="g"),
+                           pod_json("forged", "u1", node="n", group="g"), pod_json("new", "u2", group="g")])
+    cache.assume("u2", "n", ())
+    cache._apply_pod("MODIFIED", pod_json("new", "u2", node="n", group="g"))
+
+    def written() -> dict:
+        scheduler._write_status("ns/g", cache.groups_raw["ns/g"], cache.members("ns/g"))
+        return scheduler.status.last_written("ns/g")
+
+    assert written()["boundByScheduler"] == ["u0", "u2"]  # what was recorded, and what this process bound
+    for uid in ("u0", "u2"):
+        cache._apply_pod("DELETED", {"metadata": {"uid": uid}})
+    assert written()["boundByScheduler"] is None  # a merge patch removes it only when told so
+
+
+def test_a_member_moved_to_another_gang_proves_nothing_there(cache):
+    relist(cache, "pods", [pod_json("p", "u1", group="g")])
+    cache.assume("u1", "n", ())
+    cache._apply_pod("MODIFIED", pod_json("p", "u1", node="n", group="g"))
+    assert cache.pods["u1"].bound_by_scheduler
+    cache._apply_pod("MODIFIED", pod_json("p", "u1", node="n", group="waiting"))  # a tenant relabels it
+    assert not cache.pods["u1"].bound_by_scheduler
+    cache._apply_pod("MODIFIED", pod_json("p", "u1", node="n", group="g"))  # and back
+    assert cache.pods["u1"].bound_by_scheduler
 
 
 def test_editing_or_removing_the_annotation_does_not_move_or_free_gpus(cache):

@@ -2,8 +2,13 @@
 and a gang left partly bound too long starts over (issue 11, points 4 and 8)."""
 from dataclasses import replace
 
+import pytest
+
+from batchsched.api.podgroup import MAX_RECORDED_BINDINGS
 from batchsched.core.config import CoreConfig
 from batchsched.core.cycle import REASON_PARTIAL_TIMEOUT, schedule_cycle
+from batchsched.core.gangs import bindings_to_record, build_gangs
+from batchsched.core.model import recorded_bindings
 from batchsched.core.queueing.queue import GangQueue
 from tests.unit.helpers import T0, gang_pods, group, node, snapshot
 
@@ -32,6 +37,60 @@ def test_only_members_this_scheduler_bound_give_a_gang_precedence():
     # a member we bound (a refused binding left the gang partial): first in line
     ours = partly_bound("tenant", 1, 2, by_us=True, created=10)
     assert first_tried(waiting + ours, groups) == "default/tenant"
+
+
+def recording(spec, *uids: str):
+    """The PodGroup as batchsched's status write left it: naming ``uids`` bound by it."""
+    return replace(spec, recorded_bindings=recorded_bindings({"status": {"boundByScheduler": list(uids)}}))
+
+
+def test_after_a_start_only_the_podgroups_status_proves_a_member_ours():
+    # Found bound at a start, no member is known to be ours (bound_by_scheduler
+    # is what this process saw): the PodGroup's status, which tenants cannot
+    # write, is the only proof.
+    old, tenant = group("old", min_member=2, created=0), group("tenant", min_member=2, created=10)
+    waiting = gang_pods("old", 2, cpu=1)
+    found = partly_bound("tenant", 1, 2, by_us=False, created=10)
+    bound_uid, pending_uid = found[0].uid, found[1].uid
+    assert first_tried(waiting + found, [old, tenant]) == "default/old"  # a pod created with spec.nodeName
+    assert first_tried(waiting + found, [old, recording(tenant, bound_uid)]) == "default/tenant"
+    # a record naming only a member not bound (a binding that failed) proves nothing
+    assert first_tried(waiting + found, [old, recording(tenant, pending_uid)]) == "default/old"
+    # nor does one of another gang's PodGroup
+    other = gang_pods("old", 2, cpu=1)
+    assert first_tried(other + found, [recording(old, bound_uid), tenant]) == "default/old"
+
+
+def test_a_gang_partly_bound_by_anyone_starts_over_but_only_ours_goes_first():
+    # Unproven bound members (a tenant's pod created with spec.nodeName, or a
+    # binding made just before a crash, before its status was written) give
+    # no precedence, yet a gang that cannot complete holds nothing for long.
+    groups = [group("g", min_member=3)]
+    pods = partly_bound("g", 2, 3, by_us=False)
+    gang = build_gangs(snapshot([node("n0", cpu="2")], pods, groups))["default/g"]
+    assert gang.partly_bound and not gang.first_in_line
+    queue = GangQueue.from_config(CONFIG)
+    schedule_cycle(snapshot([node("n0", cpu="2")], pods, groups, now=0), queue, CONFIG)
+    plan = schedule_cycle(snapshot([node("n0", cpu="2")], pods, groups, now=301), queue, CONFIG)
+    assert [r.gang_key for r in plan.resets] == ["default/g"]
+
+
+def test_the_record_names_the_bound_members_we_bound_at_most_sixteen():
+    spec = group("g", min_member=40)
+    pods = partly_bound("g", 30, 40, by_us=True)
+    forged = replace(pods[0], bound_by_scheduler=False)  # found bound, not in the record
+    recorded = replace(pods[1], bound_by_scheduler=False)  # found bound, in the record
+    done = replace(pods[2], phase="Succeeded")
+    members = [forged, recorded, done, *pods[3:]]
+    written = bindings_to_record(members, frozenset({recorded.uid, "uid-of-a-pod-gone"}))
+    assert len(written) == MAX_RECORDED_BINDINGS == 16 and written == sorted(written)
+    assert written == sorted(p.uid for p in [recorded, *pods[3:]])[:16]
+    assert bindings_to_record(partly_bound("g", 0, 3, by_us=True), frozenset()) == []
+
+
+@pytest.mark.parametrize("status", [None, "x", {"boundByScheduler": "u1"}, {"boundByScheduler": [1, None]}])
+def test_a_record_that_is_not_a_list_of_uids_names_none(status):
+    assert recorded_bindings({"status": status}) == frozenset()
 
 
 def test_a_refused_binding_backs_the_gang_off_and_freed_capacity_does_not_clear_it():

@@ -15,12 +15,13 @@ def test_order_is_priority_then_creation_then_key():
     assert list(q.ordered()) == ["ns/a-high", "ns/b-high", "ns/old-low", "ns/new-low"]
 
 
-def test_a_partially_bound_gang_comes_before_every_other():
+def test_a_gang_partially_bound_by_us_comes_before_every_other():
     q = make_queue()
     q.upsert("ns/high", priority=100, created=1, now=0)
-    q.upsert("ns/half-bound", priority=0, created=9, now=0, partial=True)
+    q.upsert("ns/half-bound", priority=0, created=9, now=0, partial=True, ahead=True)
     assert list(q.ordered()) == ["ns/half-bound", "ns/high"]
-    q.upsert("ns/half-bound", priority=0, created=9, now=0, partial=False)
+    # partly bound by nobody proven to be us: its start-over clock runs, no precedence
+    q.upsert("ns/half-bound", priority=0, created=9, now=0, partial=True, ahead=False)
     assert list(q.ordered()) == ["ns/high", "ns/half-bound"]
 
 
@@ -136,7 +137,7 @@ def test_sync_drops_gangs_that_left():
     class G:
         def __init__(self, key):
             self.key, self.priority, self.created, self.signature = key, 0, 0.0, None
-            self.partly_bound = False
+            self.partly_bound = self.first_in_line = False
 
     q = make_queue()
     q.sync([G("a"), G("b")], now=0)

@@ -1,10 +1,11 @@
 """The gang queue: order, backoff, schedule timeouts and the reservation.
 
 Order
-    A partially bound gang (some members bound by this scheduler, quorum
-    not yet complete, e.g. after a binding failed mid-gang) comes first, so
-    its remainder is placed before anyone takes the room; members bound by
-    anyone else (a pod created with spec.nodeName) give no such precedence.
+    A gang partially bound by this scheduler (quorum not yet complete, e.g.
+    after a binding failed mid-gang) comes first (``ahead``), so its
+    remainder is placed before anyone takes the room; members nobody proves
+    bound by it (a pod created with spec.nodeName; core/gangs.py
+    ``bound_by_us``) give no such precedence.
     Then gangs by priority (highest first), creation time (oldest first) and
     key.  Every gang whose backoff has expired is tried, in this order, so a
     gang that does not fit never blocks the gangs behind it.
@@ -37,9 +38,10 @@ Backoff
     queue entry: a gang leaves the queue while its bindings are in flight.
 
 Partial gangs
-    The queue notes since when each gang has been partially bound
-    (``partial_expired``): one that stays so for the configured timeout is
-    started over by the cycle (batchsched.core.cycle).  The clock, too, is
+    The queue notes since when each gang has been partially bound, whoever
+    bound its members (``partial_expired``): one that stays so for the
+    configured timeout is started over by the cycle
+    (batchsched.core.cycle).  The clock, too, is
     kept by gang and survives the gang's leaving the queue while bindings
     are in flight; it stops when the queue sees the gang whole or unbound,
     or a binding of it goes through.
@@ -94,7 +96,8 @@ class _Entry:
     created: float
     signature: Hashable
     waiting_since: float | None  # None: restart the clock at the next sync
-    partial: bool = False  # some members bound by us, quorum incomplete
+    partial: bool = False  # some members bound, quorum incomplete: the start-over clock runs
+    ahead: bool = False  # partial, and some of those members bound by us: first in line
     failures: int = 0
     retry_at: float = 0.0
     timed_out: bool = False
@@ -104,7 +107,7 @@ class _Entry:
 
     @property
     def order(self) -> _OrderKey:
-        return (not self.partial, -self.priority, self.created, self.key)
+        return (not self.ahead, -self.priority, self.created, self.key)
 
 
 @dataclass(frozen=True)
@@ -165,24 +168,26 @@ class GangQueue:
         present = set()
         for gang in gangs:
             self.upsert(gang.key, gang.priority, gang.created, now, gang.signature,
-                        partial=gang.partly_bound)
+                        partial=gang.partly_bound, ahead=gang.first_in_line)
             present.add(gang.key)
         for key in [k for k in self._entries if k not in present]:
             self.remove(key)
         self._waiting_hints = {k: v for k, v in self._waiting_hints.items() if k in present}
 
     def upsert(self, key: str, priority: int, created: float, now: float,
-               signature: Hashable = None, partial: bool = False) -> None:
+               signature: Hashable = None, partial: bool = False, ahead: bool = False) -> None:
         entry = self._entries.get(key)
         if entry is None:
             since = min(now, self._waiting_hints.pop(key, now))
-            entry = self._entries[key] = _Entry(key, priority, created, signature, since, partial=partial)
+            entry = self._entries[key] = _Entry(key, priority, created, signature, since, partial=partial,
+                                                ahead=ahead)
             self._order.add(entry.order)
             self._note_partial(entry, now)
             return
-        if (priority, created, partial) != (entry.priority, entry.created, entry.partial):
+        entry.partial = partial
+        if (priority, created, ahead) != (entry.priority, entry.created, entry.ahead):
             self._order.remove(entry.order)
-            entry.priority, entry.created, entry.partial = priority, created, partial
+            entry.priority, entry.created, entry.ahead = priority, created, ahead
             self._order.add(entry.order)
         if signature != entry.signature:
             entry.signature = signature
