@@ -13,7 +13,7 @@ import localcluster
 from tests.chaos.faults import committed_bindings, hold_bindings_after
 from tests.chaos.test_api_faults import FITTING_PODS, burst
 from tests.conftest import install_podgroup_crd
-from tests.support.kube import TestKube, wait_for
+from tests.support.kube import KubeError, TestKube, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -28,7 +28,15 @@ def kube(kubeconfig) -> TestKube:
     return install_podgroup_crd(TestKube(kubeconfig))
 
 
-def test_the_scheduler_rides_out_an_api_server_restart_mid_burst(chaos, own_cluster):
+def authorized(kube: TestKube, env) -> bool:
+    try:
+        kube.get(f"/api/v1/namespaces/{env.namespace}/pods", limit=1)
+    except (KubeError, OSError):
+        return False
+    return True
+
+
+def test_the_scheduler_rides_out_an_api_server_restart_mid_burst(chaos, own_cluster, scheduler_kubeconfig):
     burst(chaos)
     held = hold_bindings_after(chaos.proxy, FITTING_PODS // 2)
     # A lease that outlasts the outage: a restart under load can take longer
@@ -48,5 +56,11 @@ def test_the_scheduler_rides_out_an_api_server_restart_mid_burst(chaos, own_clus
     wait_for("the scheduler's lists and bindings refused while the API server is down",
              lambda: refused_while_down() >= 4, timeout=30)
     localcluster.start_component(own_cluster, "kube-apiserver")
+    # A restarted API server refuses what RBAC grants until its authorizer has
+    # synced: the scheduler's requests refused till then are part of the fault.
+    as_scheduler = TestKube(scheduler_kubeconfig)
+    wait_for("the restarted API server authorizing the scheduler", lambda: authorized(as_scheduler, chaos.env),
+             timeout=60)
+    chaos.env.authorizer_outages.append((killed_at, time.time()))
     chaos.wait_bound(FITTING_PODS, timeout=90)
     chaos.finish()
