@@ -7,7 +7,8 @@ turned off, in the same run; with ``--waits``, instead, with
 
     .venv/bin/python bench/preemption_cost.py [--seeds 1,2,3 | --seeds 1-10] [--waits 0,600,1800,3600]
 
-"Off" replaces ``batchsched.core.preemption.plan.lost_work`` by zero, so
+"Off" replaces ``batchsched.core.preemption.cost.lost_work`` (the cost
+term and the order of a gang's spare members) by zero, so
 victim sets equal by priority cost fall back to the remaining tie-breakers
 (GPU set quality, packing, node name; spare gang members by name).  Per
 seed and variant: pods evicted (jobs hit), the GPU-hours the victims had run
@@ -26,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from batchsched.core.preemption import plan  # noqa: E402
+from batchsched.core.preemption import cost, plan  # noqa: E402
 from batchsched.sim.engine import Simulation  # noqa: E402
 from batchsched.sim.metrics import percentile  # noqa: E402
 from batchsched.sim.policies import BatchschedPolicy  # noqa: E402
@@ -47,16 +48,16 @@ def run(seed: int, least_work_lost: bool = True, wait: float | None = None) -> d
         preemption = config.preemption.model_copy(update={
             "preemptors": config.preemption.preemptors.model_copy(update={"wait_seconds": waits})})
         config = config.model_copy(update={"preemption": preemption})
-    real = plan.lost_work
+    real = cost.lost_work
     if not least_work_lost:
-        plan.lost_work = lambda pod, now: 0.0
+        cost.lost_work = plan.lost_work = lambda pod, now: 0.0
     try:
         simulation = Simulation(build_nodes(scenario.cluster), scenario.jobs, BatchschedPolicy(config),
                                 scheduler_name=config.scheduler_name)
         r = simulation.run(progress=TerminalProgress.if_terminal(sys.stderr),
                            phase=f"seed {seed}, {_variant(least_work_lost, wait)}")
     finally:
-        plan.lost_work = real
+        cost.lost_work = plan.lost_work = real
     by_priority = r.waits_by_priority
     return {"pods": r.evicted_pods, "jobs": r.preempted_jobs, "lost": r.evicted_gpu_hours,
             "big": percentile(by_priority.get(BIG_GANG_PRIORITY, []), 50), "p50": percentile(r.waits, 50),

@@ -164,3 +164,23 @@ def test_preemptor_waits_are_configured_and_validated():
     for bad in ({"training": -1}, {"": 5}, {"training": "soon"}, {"training": float("nan")}, {"t": 1e12}):
         with pytest.raises(pydantic.ValidationError):
             SchedulerConfig.model_validate({"preemption": {"preemptors": {"waitSeconds": bad}}})
+
+
+def test_a_cost_term_added_to_the_registry_decides_for_units_and_sets_alike(monkeypatch):
+    """The victim cost is one list of terms: a unit costs what the set of it
+    alone costs, and a term put first (here: victims in namespace "keep"
+    are dearer) orders both the candidate units and the chosen set."""
+    from batchsched.core.preemption import cost
+    from batchsched.core.preemption.cost import COST_TERMS, CostTerm, VictimUnit, set_cost, unit_cost
+
+    pods = [running("old", "a", started=0), running("young", "b", started=NOW - 600, ns="keep")]
+    units = [VictimUnit(p.uid, (p,), False, T0 + NOW) for p in pods]
+    assert [unit_cost(u) for u in units] == [set_cost([u]) for u in units]
+    assert len(unit_cost(units[0])) == len(COST_TERMS)
+    solo = pod("solo", gpu=4, priority=100)
+    nodes = [node("a", gpu=4), node("b", gpu=4)]
+    assert victims(cycle(snapshot(nodes, pods + [solo], now=NOW))) == ["young"]  # least work lost
+    kept = CostTerm("fewest victims in namespace keep", lambda v: sum(p.namespace == "keep" for p in v.pods))
+    monkeypatch.setattr(cost, "COST_TERMS", (kept,) + COST_TERMS)
+    assert unit_cost(units[1]) > unit_cost(units[0]) and set_cost(units) == (1,) + set_cost(units)[1:]
+    assert victims(cycle(snapshot(nodes, pods + [solo], now=NOW))) == ["old"]

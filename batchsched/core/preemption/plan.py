@@ -8,7 +8,8 @@ and the cheapest node wins (ties: the tightest fit).  A unit is one pod, or a
 whole gang of ours that would otherwise be left bound below its minMember —
 such a gang is evicted whole or not at all.
 
-Cost, compared in this order (docs/preemption.md):
+Cost, compared in this order (docs/preemption.md; the terms are
+``cost.COST_TERMS``):
 1. victims of equal or higher priority: never (they are not candidates);
 2. fewest gangs broken (whole-gang units);
 3. lowest highest-victim priority;
@@ -40,74 +41,17 @@ from batchsched.core.model import NodeInfo, PodInfo, TopologyPolicy
 from batchsched.core.placement.capacity import pack_score
 from batchsched.core.placement.fit import NodeFilter
 from batchsched.core.placement.gpus import GpuPick, charged, pick_gpus, static_reason
+from batchsched.core.preemption.cost import VictimUnit, distinct_pods, lost_work, set_cost
 from batchsched.core.preemption.policy import GANG_VICTIMS_NEVER, PreemptionPolicy, PreemptionState
 from batchsched.core.resources import Resources
 from batchsched.core.snapshot import Snapshot
 from batchsched.core.topology.accounting import GpuRoom, charged_numa
 from batchsched.core.topology.choose import mask_of
 
-Cost = tuple[int, int, int, int, int, float]
-NO_COST: Cost = (0, -(2**31), 0, 0, 0, 0.0)
-
-
-def lost_work(pod: PodInfo, now: float) -> float:
-    """GPU-seconds (a pod without GPUs counts as one) the pod would lose if
-    evicted at ``now``: its run since it started, or since its last
-    checkpoint when that is later.  A checkpoint in the future is ignored
-    (the annotation is tenant-written; the shell logs such values)."""
-    since = pod.started
-    if since < pod.checkpoint <= now:
-        since = pod.checkpoint
-    return max(0.0, now - since) * max(1, pod.requests.get(GPU_RESOURCE, 0)) if since else 0.0
-
-
-@dataclass(frozen=True)
-class VictimUnit:
-    key: str
-    pods: tuple[PodInfo, ...]
-    breaks_gang: bool
-    now: float = 0.0  # when it would be evicted, for the work it loses
-    elastic: bool = False  # a member beyond its gang's minMember, taken alone
-
-    @property
-    def nodes(self) -> frozenset[str]:
-        return frozenset(p.node_name for p in self.pods)
-
-    @property
-    def cost(self) -> Cost:
-        priorities = [p.priority for p in self.pods]
-        return (int(self.breaks_gang), max(priorities), 0 if self.elastic else len(self.pods), len(self.pods),
-                sum(priorities), sum(lost_work(p, self.now) for p in self.pods))
-
-
-def combined_cost(units: Collection[VictimUnit]) -> Cost:
-    pods = _distinct_pods(units)
-    if not pods:
-        return NO_COST
-    now = next(iter(units)).now
-    elastic = {u.key for u in units if u.elastic}
-    return (sum(u.breaks_gang for u in units), max(p.priority for p in pods),
-            sum(1 for p in pods if p.uid not in elastic), len(pods),
-            sum(p.priority for p in pods), sum(lost_work(p, now) for p in pods))
-
-
-def _distinct_pods(units: Iterable[VictimUnit], gone: Collection[str] = ()) -> list[PodInfo]:
-    """The pods of ``units``, each once (a spare member may be taken alone
-    and again with its whole gang), leaving out the uids in ``gone``."""
-    seen = set(gone)
-    pods = []
-    for unit in units:
-        for pod in unit.pods:
-            if pod.uid not in seen:
-                seen.add(pod.uid)
-                pods.append(pod)
-    return pods
-
-
 def _freed_on(node: str, units: Iterable[VictimUnit], gone: Collection[str] = ()) -> Resources:
     """What evicting ``units`` frees on ``node``, beyond the pods in ``gone``."""
     freed: Resources = {}
-    for pod in _distinct_pods(units, gone):
+    for pod in distinct_pods(units, gone):
         if pod.node_name == node:
             freed = res.add(freed, pod.requests)
     return freed
@@ -224,7 +168,7 @@ def _cheapest_on_node(request: Resources, free: Resources, node: str, candidates
     for unit in candidates:
         if not res.fits(request, room):
             break
-        new = [p for p in _distinct_pods([unit], counted) if p.node_name == node]
+        new = [p for p in distinct_pods([unit], counted) if p.node_name == node]
         if new:  # else every pod of it here is already counted
             taken.append(unit)
             for pod in new:
@@ -285,7 +229,7 @@ def plan_preemption(snapshot: Snapshot, gangs: Mapping[str, Gang], gang: Gang,
             if (node in off_limits or node in state.cooling_nodes
                     or static_reason(snapshot.nodes[node], pod.requests, gang.spec.topology)):
                 continue
-            candidates = [u for u in by_node.get(node, ()) if _distinct_pods([u], gone)]
+            candidates = [u for u in by_node.get(node, ()) if distinct_pods([u], gone)]
             extra = _cheapest_on_node(pod.requests, room[node], node, candidates, gone)
             if extra is None:
                 continue
@@ -295,7 +239,7 @@ def plan_preemption(snapshot: Snapshot, gangs: Mapping[str, Gang], gang: Gang,
                 continue
             extra, pick = fitted
             after = res.add(room[node], _freed_on(node, extra, gone))
-            rank = (combined_cost(list(chosen.values()) + extra), pick.quality if pick else (),
+            rank = (set_cost(list(chosen.values()) + extra), pick.quality if pick else (),
                     pack_score(snapshot.nodes[node], pod.requests, after), node)
             if best is None or rank < best[0]:
                 best = (rank, node, extra, pick)
@@ -312,7 +256,7 @@ def plan_preemption(snapshot: Snapshot, gangs: Mapping[str, Gang], gang: Gang,
                             f"e.g. {snapshot.pods[uid].key if uid in snapshot.pods else uid}: {why}")
             return NoPreemption(message)
         _, node, extra, pick = best
-        for victim in _distinct_pods(extra, gone):
+        for victim in distinct_pods(extra, gone):
             where = victim.node_name
             room[where] = res.add(room.get(where, {}), victim.requests)
             if where in gpu_room:
@@ -324,7 +268,7 @@ def plan_preemption(snapshot: Snapshot, gangs: Mapping[str, Gang], gang: Gang,
             gpu_room[node] = gpu_room[node].take(pick.gpus, pod.requests, pick.numa)
         nominations.append((pod, node))
 
-    victims = tuple(_distinct_pods(chosen.values()))
+    victims = tuple(distinct_pods(chosen.values()))
     left = _evictions_left(snapshot, policy, state, excluded) if reclaim is None or budgeted else None
     spent = _beyond_budget(victims, left) if left is not None else ""
     if spent:
@@ -366,7 +310,7 @@ def _with_gpus(node: NodeInfo, gpu_room: GpuRoom | None, free: Resources, reques
         return extra, None
 
     def pick_for(units: list[VictimUnit]) -> GpuPick | str:
-        pods = [p for p in _distinct_pods(units, gone) if p.node_name == node.name]
+        pods = [p for p in distinct_pods(units, gone) if p.node_name == node.name]
         return pick_gpus(node, _without(gpu_room, node, pods), request, topology_policy)
 
     pick = pick_for(extra)
@@ -389,12 +333,12 @@ def _with_gpus(node: NodeInfo, gpu_room: GpuRoom | None, free: Resources, reques
                                             if p.node_name == node.name)]
     room = res.add(free, _freed_on(node.name, holding, gone))
     topping = _cheapest_on_node(request, room, node.name, [u for u in candidates if u not in holding],
-                                set(gone) | {p.uid for p in _distinct_pods(holding)})
+                                set(gone) | {p.uid for p in distinct_pods(holding)})
     if topping is None:
         return extra, pick
     aligned = holding + topping
     aligned_pick = pick_for(aligned)
-    if (not isinstance(aligned_pick, str) and combined_cost(aligned) <= combined_cost(extra)
+    if (not isinstance(aligned_pick, str) and set_cost(aligned) <= set_cost(extra)
             and aligned_pick.quality <= pick.quality):
         return aligned, aligned_pick
     return extra, pick
