@@ -26,14 +26,15 @@ plain maps it keeps what a cycle would otherwise recompute from every pod:
   (``changed_since``) in time proportional to the changes; a change to a
   gang's pods stamps the gang (``gang_stamp``).
 
-Pure data, no I/O.  ``caches`` holds what core modules derive from the state
-and keep across cycles (the placement index, built gangs); each checks its
-entries against the stamps kept here.
+Pure data, no I/O.  ``kept(kind)`` holds what core modules derive from the
+state and keep across cycles (the placement index, built gangs): one object
+per type, the type defined, filled and invalidated by the module that owns
+it, which checks its entries against the stamps kept here.
 """
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, Collection, Hashable, Iterable, Iterator, Mapping
+from typing import Any, Callable, Collection, Hashable, Iterable, Iterator, Mapping, TypeVar
 
 from batchsched.api.constants import GPU_CLIQUE_LABEL, GPU_RESOURCE
 from batchsched.core import resources as res
@@ -46,6 +47,9 @@ from batchsched.core.text import clip
 from batchsched.core.topology.accounting import GpuRoom, dra_gpus_by_id, gpu_id_count, room_after, room_of
 from batchsched.core.topology.choose import mask_of
 from batchsched.core.tracked import ChangeLog, changed_after
+
+
+Kept = TypeVar("Kept")
 
 
 class ClusterState:
@@ -61,6 +65,7 @@ class ClusterState:
         self.gpu_asks: dict[int, int] = {}
         self.pending_gpu_asks: dict[int, int] = {}  # ours pending only
         self.caches: dict[str, Any] = {}
+        self._kept: dict[Callable[[], Any], Any] = {}  # kept(kind): a cross-cycle cache per type
         self._clock = 0
         self._seq: dict[str, int] = {}  # uid -> when it entered ``pods`` (their order)
         self._next_seq = 0
@@ -304,6 +309,15 @@ class ClusterState:
                 if rejoin:
                     self._join(name)
                 self._stamp_node(name)
+
+    def kept(self, kind: Callable[[], Kept]) -> Kept:
+        """The cross-cycle cache of type ``kind``, made (``kind()``) at the
+        first call: the module defining ``kind`` owns it, fills it and
+        invalidates it (against ``mark``, ``changed_since``, ``gang_stamp``)."""
+        found = self._kept.get(kind)
+        if found is None:
+            found = self._kept[kind] = kind()
+        return found
 
     # ---- per node ---------------------------------------------------------------
 

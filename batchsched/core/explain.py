@@ -15,7 +15,8 @@ from batchsched.api import constants
 from batchsched.core import gangsources
 from batchsched.core import resources as res
 from batchsched.core.config import CoreConfig
-from batchsched.core.cycle import REASON_EXCEEDS_CAPACITY, placement_policy
+from batchsched.core.cycle import REASON_EXCEEDS_CAPACITY
+from batchsched.core.cycle.facts import placement_policy
 from batchsched.core.dra.demand import DeviceDemand
 from batchsched.core.gangs import Gang, GangIndex
 from batchsched.core.model import NodeInfo, TopologyPolicy, device_plugin_gpus
@@ -169,7 +170,7 @@ def explain_gang(snapshot: Snapshot, gang_key: str, config: CoreConfig = CoreCon
             else:
                 slots = _how_many(pod.requests, free[name])
                 fitting += slots
-                gpus = pick_gpus(node, rooms.get(name), pod.requests, placement_policy(gang, config), demand)
+                gpus = pick_gpus(node, rooms.get(name), pod.requests, placement_policy(snapshot, gang, config), demand)
                 ids = f", GPUs {','.join(map(str, gpus.gpus))} for the first" if gpus.gpus else ""
                 report.add(f"  {name}: fits ({slots} such pod(s){ids})")
                 nodes.append({"node": name, "fits": slots, "reasons": [], "gpus": list(gpus.gpus)})

@@ -189,7 +189,8 @@ def test_one_pending_pod_backfills_exactly_when_one_alone_would():
     over deadlines, hints, restart policies and ready times."""
     import random
 
-    from batchsched.core.cycle import _backfills, _one_pod_backfills
+    from batchsched.core.cycle.order import _one_pod_backfills
+    from batchsched.core.cycle.place import backfills as _backfills
     from batchsched.core.gangs import GangIndex
     from batchsched.core.queueing.queue import Reservation
 

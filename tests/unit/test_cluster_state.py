@@ -12,11 +12,11 @@ import pytest
 from batchsched.api.constants import TOPOLOGY_MANAGER_POLICY_LABEL
 from batchsched.core import resources as res
 from batchsched.core.cluster import ClusterState
-from batchsched.core.cycle import _drained_entry, drained_index
+from batchsched.core.cycle.reserve import _drained_entry, drained_index
 from batchsched.core.gangs import GangIndex, build_gangs
 from batchsched.core.model import TopologyPolicy
 from batchsched.core.placement import capacity
-from batchsched.core.placement.capacity import CapacityIndex, cluster_capacity, kept_index
+from batchsched.core.placement.capacity import CapacityIndex, KeptIndex, cluster_capacity, kept_index
 from batchsched.core.placement.fit import NodeFilter
 from batchsched.core.placement.fragmentation import NodeChoice, quantized_mix
 from batchsched.core.snapshot import Snapshot
@@ -220,7 +220,7 @@ def test_a_kept_index_with_tiebreaks_and_a_key_equals_a_fresh_one():
             continue
         drained_gang = rng.choice(("default/g1", "default/g2"))
         entry = entry_for(drained_gang)
-        kept = kept_index(state, "drained", drained_gang, entry)
+        kept = kept_index(state, state.kept(KeptIndex), drained_gang, entry)
         assert_views_equal(kept, index_of_entries(state, entry), shape, step)
         if state.nodes and rng.random() < 0.5:
             kept.commit({rng.choice(sorted(state.nodes)): {"cpu": 0}})
@@ -483,7 +483,7 @@ def test_idle_views_are_kept_while_their_upkeep_is_below_a_few_rebuilds():
 
     def sync() -> CapacityIndex:
         cluster_capacity(state, {})
-        return kept_index(state, "turns", None, lambda name: (state.free(name), state.room(name), ()),
+        return kept_index(state, state.kept(KeptIndex), None, lambda name: (state.free(name), state.room(name), ()),
                           kept_rebuilds=4)
 
     index, cluster_view = sync(), cluster_capacity(state, {}).view(pod("used", cpu=1, gpu=1))

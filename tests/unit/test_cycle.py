@@ -427,7 +427,7 @@ def test_gangs_woken_by_room_an_earlier_gang_took_are_not_tried_and_keep_their_b
 
 
 def test_a_failure_looking_at_a_woken_gang_is_its_verdict_alone(monkeypatch):
-    import batchsched.core.cycle as cycle_module
+    import batchsched.core.cycle.order as cycle_module
 
     queue = new_queue()
     blocker = pod("theirs", gpu=8, node_name="gpu-0", phase="Running", scheduler="default-scheduler")
@@ -473,6 +473,8 @@ def test_a_gang_is_skipped_only_when_its_attempt_would_fail(monkeypatch, preempt
     have planned it, on the same index at the same moment, and fails."""
     import batchsched.core.cycle as cycle_module
     from batchsched.config import SchedulerConfig
+    from batchsched.core.cycle.facts import placement_policy
+    from batchsched.core.cycle.reserve import bound_on
     from batchsched.core.placement.gang import PlanFailure, plan_gang
     from batchsched.sim.cluster import NodeGroup, build_nodes, builtin_topologies
     from batchsched.sim.engine import Simulation
@@ -480,18 +482,18 @@ def test_a_gang_is_skipped_only_when_its_attempt_would_fail(monkeypatch, preempt
     from batchsched.sim.workload import Job
 
     decided = {"skipped": 0}
-    real = cycle_module._room_taken_before_its_turn
+    real = cycle_module.room_taken_before_its_turn
 
-    def checked(snapshot, gangs, gang, queue, config, preemption, state, book, holds, capacity, lent):
-        skipped = real(snapshot, gangs, gang, queue, config, preemption, state, book, holds, capacity, lent)
+    def checked(ctx, gang):
+        skipped = real(ctx, gang)
         if skipped:
             decided["skipped"] += 1
-            attempt = plan_gang(gang.pending, gang.need, capacity, reserved=queue.reserved_against(gang.key),
-                                **cycle_module._topology_args(gang, config))
+            attempt = plan_gang(gang.pending, gang.need, ctx.capacity, reserved=ctx.queue.reserved_against(gang.key),
+                                policy=placement_policy(ctx.snapshot, gang, ctx.config), bound_on=bound_on(gang))
             assert isinstance(attempt, PlanFailure), gang.key  # a failure leaves the index as it was
         return skipped
 
-    monkeypatch.setattr(cycle_module, "_room_taken_before_its_turn", checked)
+    monkeypatch.setattr(cycle_module, "room_taken_before_its_turn", checked)
     boards = builtin_topologies()
     nodes = build_nodes([NodeGroup(name=b, gpus=8, cpu="256", memory="2Ti", count=6, topology=boards[b],
                                    topology_name=b) for b in ("dgx-a100", "pcie-8gpu")])
@@ -505,3 +507,25 @@ def test_a_gang_is_skipped_only_when_its_attempt_would_fail(monkeypatch, preempt
     result = Simulation(nodes, jobs, BatchschedPolicy(config)).run()
     assert result.pods_never_placed == 0
     assert decided["skipped"] > 20  # the burst does wake gangs for room others take
+
+
+def test_an_attempt_that_raises_gives_back_all_the_room_it_took(monkeypatch):
+    """The attempt is a statement: gang "first" is placed (its room taken
+    from the running free map) and then raises while its bindings are
+    built.  Its verdict says so, and the gang after it is tried on the room
+    there was before: it binds where "first" would have gone."""
+    from batchsched.core.dra import claims
+
+    real = claims.allocations
+
+    def raising(node, pod, *args, **kwargs):
+        if pod.name == "first":
+            raise ValueError("a value no check foresaw")
+        return real(node, pod, *args, **kwargs)
+
+    monkeypatch.setattr(claims, "allocations", raising)
+    queue = new_queue()
+    plan = schedule_cycle(snapshot([node("gpu-0", gpu=8)], [pod("first", gpu=8, created=0),
+                                                            pod("second", gpu=8, created=1)]), queue, CONFIG)
+    assert plan.verdicts["default/pod:first"].reason == "InternalError"
+    assert bound_names(plan) == {"second": "gpu-0"}

@@ -30,6 +30,7 @@ import dataclasses
 import heapq
 import itertools
 from collections import Counter
+from dataclasses import dataclass, field
 from typing import Callable, Collection, Hashable, Iterable, Mapping
 
 from batchsched.api.constants import GPU_CLIQUE_LABEL, GPU_RESOURCE, TOPOLOGY_MANAGER_POLICY_LABEL
@@ -521,6 +522,9 @@ class CapacityIndex:
         self.versions: dict[str, int] = {}  # bumped whenever a node's entry changes; kept for gone nodes
         self.generation = 0  # syncs so far (see cluster_capacity)
         self.committed: set[str] = set()  # nodes ``commit`` changed since the last sync
+        # While a statement is open (cycle.statement): each node's entry
+        # before its first commit since, for ``rollback``.
+        self.undo: dict[str, tuple[Resources, GpuRoom | None]] | None = None
         self._views: dict[tuple, ShapeView] = {}
 
     def view(self, pod: PodInfo, policy: TopologyPolicy = TopologyPolicy()) -> ShapeView:
@@ -536,6 +540,10 @@ class CapacityIndex:
     def commit(self, taken: Mapping[str, Resources], rooms: Mapping[str, GpuRoom] | None = None) -> None:
         """Apply a plan: ``taken`` maps each node it uses to its free
         resources after, ``rooms`` to its GPU room after."""
+        if self.undo is not None:
+            for name in taken:
+                if name not in self.undo:
+                    self.undo[name] = (self.free[name], self.rooms.get(name))
         self.free.update(taken)
         self.rooms.update(rooms or {})
         self.committed.update(taken)
@@ -543,6 +551,13 @@ class CapacityIndex:
             self.versions[name] = self.versions.get(name, 0) + 1
             for view in self._views.values():
                 view.refresh(name)
+
+    def rollback(self) -> None:
+        """Put back every entry committed since ``undo`` was opened, and close it."""
+        undo, self.undo = self.undo, None
+        if undo:
+            self.commit({name: free for name, (free, _) in undo.items()},
+                        {name: room for name, (_, room) in undo.items() if room is not None})
 
     def reset_node(self, name: str, free: Resources, room: GpuRoom | None, tiebreak: tuple,
                    replaced: bool) -> None:
@@ -610,14 +625,36 @@ def cluster_capacity(cluster: ClusterState, withheld: Mapping[str, Resources],
     """The cluster's capacity index for this cycle: every node's free
     resources less ``withheld``, and its GPU room (see ``kept_index``),
     scored with ``choice`` (a new choice rebuilds it)."""
-    withheld_before = cluster.caches.get("withheld", {})
-    cluster.caches["withheld"] = dict(withheld)
-    return kept_index(cluster, "capacity", choice,
+    kept = cluster.kept(_ClusterIndex)
+    withheld_before, kept.withheld = kept.withheld, dict(withheld)
+    return kept_index(cluster, kept, choice,
                       lambda name: (_less(cluster.free(name), withheld.get(name)), cluster.room(name), ()),
                       also_changed=withheld_before.keys() | withheld.keys(), choice=choice)
 
 
-def kept_index(cluster: ClusterState, slot: str, key: Hashable, entry: Callable[[str], NodeEntry],
+@dataclass
+class KeptIndex:
+    """Where ``kept_index`` keeps an index across cycles (a subclass per
+    index, in ``ClusterState.kept``): the key it was built for and the
+    cluster's change clock when it was last brought up to date."""
+
+    key: Hashable = None
+    index: CapacityIndex | None = None
+    mark: int = 0
+
+    def forget(self) -> None:
+        """Rebuild at the next use (after a failure that may have left it half updated)."""
+        self.index = None
+
+
+@dataclass
+class _ClusterIndex(KeptIndex):
+    """The cluster's own index (``cluster_capacity``) and the room it withheld."""
+
+    withheld: dict[str, Resources] = field(default_factory=dict)
+
+
+def kept_index(cluster: ClusterState, kept: KeptIndex, key: Hashable, entry: Callable[[str], NodeEntry],
                also_changed: Collection[str] = (), choice: NodeChoice | None = None,
                kept_rebuilds: int = 0) -> CapacityIndex:
     """A capacity index over the cluster's nodes, ``entry(name)`` giving
@@ -625,7 +662,7 @@ def kept_index(cluster: ClusterState, slot: str, key: Hashable, entry: Callable[
     (which ``key`` must determine); unused views are dropped as
     ``CapacityIndex.drop_idle_views(kept_rebuilds)`` says.
 
-    Kept in ``cluster.caches[slot]`` across cycles while ``key`` is the
+    Kept in ``kept`` across cycles while ``key`` is the
     same; each call resets only the nodes whose entry may differ from the
     last call's: those the cluster changed since, those plans committed to
     the index, and ``also_changed`` (``entry`` must depend on nothing else
@@ -634,8 +671,7 @@ def kept_index(cluster: ClusterState, slot: str, key: Hashable, entry: Callable[
     result is the index a fresh build would give: each node's entries depend
     only on its node object and its entry.
     """
-    cached = cluster.caches.get(slot)
-    if cached is None or cached[0] != key:
+    if kept.index is None or kept.key != key:
         seen: dict[str, NodeInfo] = dict(cluster.nodes)
         free, rooms, tiebreak = {}, {}, {}
         for name in seen:
@@ -646,8 +682,8 @@ def kept_index(cluster: ClusterState, slot: str, key: Hashable, entry: Callable[
                 tiebreak[name] = tie
         index = CapacityIndex(seen, free, NodeFilter(seen), tiebreak=tiebreak, rooms=rooms, choice=choice)
     else:
-        _, index, mark = cached
-        changed = set(cluster.changed_since(mark))
+        index = kept.index
+        changed = set(cluster.changed_since(kept.mark))
         changed.update(index.committed, also_changed)
         index.committed = set()
         nodes = index.nodes  # the index's own copy: it tells which node objects it has seen
@@ -667,7 +703,7 @@ def kept_index(cluster: ClusterState, slot: str, key: Hashable, entry: Callable[
             index.node_filter.nodes_changed()
         index.generation += 1
         index.drop_idle_views(kept_rebuilds)
-    cluster.caches[slot] = (key, index, cluster.mark)
+    kept.key, kept.index, kept.mark = key, index, cluster.mark
     return index
 
 
