@@ -64,7 +64,6 @@ class ClusterState:
         # GPUs per pod -> pods asking that many: ours pending, and every bound pod holding room
         self.gpu_asks: dict[int, int] = {}
         self.pending_gpu_asks: dict[int, int] = {}  # ours pending only
-        self.caches: dict[str, Any] = {}
         self._kept: dict[Callable[[], Any], Any] = {}  # kept(kind): a cross-cycle cache per type
         self._clock = 0
         self._seq: dict[str, int] = {}  # uid -> when it entered ``pods`` (their order)

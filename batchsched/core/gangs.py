@@ -13,7 +13,7 @@ import difflib
 import functools
 import itertools
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Hashable, Iterator, Mapping, Sequence
 
 from batchsched.api.constants import POD_GROUP_LABEL
@@ -150,10 +150,17 @@ class GangChanges:
         self.groups, self.groups_mark = (groups, groups.mark) if isinstance(groups, TrackedDict) else (None, 0)
 
 
+@dataclass
+class _Built:
+    """The gangs ``GangIndex`` built, kept across cycles: key -> (pods' stamp, PodGroup, validation message, gang)."""
+
+    by_key: dict[str, tuple[int, GroupSpec | None, str | None, Gang]] = field(default_factory=dict)
+
+
 class GangIndex(Mapping[str, Gang]):
     """Every gang with at least one pod of ours, by key, built on first use.
 
-    Built gangs are kept across cycles in the cluster state's caches and
+    Built gangs are kept across cycles in the cluster state (``_Built``) and
     reused while the gang's pods (``ClusterState.gang_stamp``), its PodGroup
     object and its validation message are unchanged: a gang is a function
     of exactly those.
@@ -162,8 +169,7 @@ class GangIndex(Mapping[str, Gang]):
     def __init__(self, snapshot: Snapshot):
         self._snapshot = snapshot
         self._cluster = snapshot.cluster
-        self._built: dict[str, tuple[int, GroupSpec | None, str | None, Gang]] = \
-            self._cluster.caches.setdefault("gangs", {})
+        self._built = self._cluster.kept(_Built).by_key
         self._checked: dict[str, Gang] = {}  # gangs looked up in this snapshot: nothing changes within it
 
     def __getitem__(self, key: str) -> Gang:

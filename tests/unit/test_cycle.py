@@ -529,3 +529,28 @@ def test_an_attempt_that_raises_gives_back_all_the_room_it_took(monkeypatch):
                                                             pod("second", gpu=8, created=1)]), queue, CONFIG)
     assert plan.verdicts["default/pod:first"].reason == "InternalError"
     assert bound_names(plan) == {"second": "gpu-0"}
+
+
+def test_a_cycle_writes_nothing_into_the_objects_it_decides_on():
+    """What the cycle derives (shape keys, node kinds, GPU facts, gang
+    facts, victim candidates) lives in typed caches, not in the frozen
+    pods, nodes, gangs and snapshot: their ``__dict__`` holds their fields
+    (and what their class declares as a cached_property)."""
+    from dataclasses import fields
+    from functools import cached_property
+
+    from batchsched.core.gangs import GangIndex
+
+    queue = new_queue()
+    snap = snapshot([node("gpu-0", gpu=8), node("gpu-1", gpu=8)],
+                    [replace(pod("low", gpu=8, node_name="gpu-0", phase="Running", priority=1),
+                             started=T0 - 100), pod("busy", gpu=8, node_name="gpu-1", phase="Running"),
+                     *gang_pods("g", 1, gpu=8, priority=100), pod("later", gpu=4, created=5)],
+                    [group("g", min_member=1)])
+    plan = schedule_cycle(snap, queue, CONFIG, PreemptionPolicy(enabled=True))
+    assert plan.evictions  # victims were looked for: every cache was used
+    gangs = GangIndex(snap)
+    objects = [*snap.pods.values(), *snap.nodes.values(), *(gangs[k] for k in gangs), snap]
+    for obj in objects:
+        declared = {name for name, value in vars(type(obj)).items() if isinstance(value, cached_property)}
+        assert set(vars(obj)) <= {f.name for f in fields(obj)} | declared, obj

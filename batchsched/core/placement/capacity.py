@@ -82,14 +82,23 @@ def pack_score(node: NodeInfo, request: Mapping[str, int], free: Mapping[str, in
 
 def shape_key(pod: PodInfo) -> tuple:
     """Pods with equal keys are placed alike.  Computed once per pod object
-    (frozen: a changed pod is a new object) and kept in its ``__dict__``
-    (not a field: equality, repr and ``replace`` are unaffected); a gang's
-    pods are asked at each of its attempts."""
-    key = pod.__dict__.get("_shape_key")
-    if key is None:
-        key = (placement_key(pod), tuple(sorted(pod.requests.items())))
-        pod.__dict__["_shape_key"] = key
+    (frozen: a changed pod is a new object) and kept in ``_SHAPE_KEYS``; a
+    gang's pods are asked at each of its attempts."""
+    kept = _SHAPE_KEYS.get(pod.uid)
+    if kept is not None and kept[0] is pod:
+        return kept[1]
+    key = (placement_key(pod), tuple(sorted(pod.requests.items())))
+    if len(_SHAPE_KEYS) >= SHAPE_KEYS_KEPT:
+        _SHAPE_KEYS.clear()
+    _SHAPE_KEYS[pod.uid] = (pod, key)
     return key
+
+
+# Pod uid -> (the pod object, its shape key): the key of a changed pod is
+# computed anew, and those of pods gone are dropped at once past
+# SHAPE_KEYS_KEPT (each key is then computed once more: amortized O(1)).
+_SHAPE_KEYS: dict[str, tuple[PodInfo, tuple]] = {}
+SHAPE_KEYS_KEPT = 1 << 17
 
 
 def node_kind(node: NodeInfo) -> int:
@@ -100,7 +109,7 @@ def node_kind(node: NodeInfo) -> int:
     (``_file_empty``).  Its board goes in by identity (``node.topology``;
     filings kept beyond a build keep the board beside their answers: an id
     outlives its object).  Computed once per node object (frozen: a
-    changed node is a new object) and kept in its ``__dict__``, as
+    changed node is a new object) and kept in ``_NODE_KINDS``, as
     ``shape_key`` is.
 
     An int token stands for the kind's facts: the filings' keys hold it
@@ -108,16 +117,19 @@ def node_kind(node: NodeInfo) -> int:
     kept.  Equal facts get one token while ``_KIND_TOKENS`` keeps them; it
     starts over past ``KIND_TOKENS_KEPT`` and a token is never reused, so
     starting over only loses sharing."""
-    kind = node.__dict__.get("_node_kind")
+    kept = _NODE_KINDS.get(node.name)
+    if kept is not None and kept[0] is node:
+        return kept[1]
+    facts = (id(node.topology), gpu_id_count(node), tuple(sorted(node.allocatable.items())),
+             node.labels.get(TOPOLOGY_MANAGER_POLICY_LABEL), GPU_CLIQUE_LABEL in node.labels, node.gpus_by_dra)
+    kind = _KIND_TOKENS.get(facts)
     if kind is None:
-        facts = (id(node.topology), gpu_id_count(node), tuple(sorted(node.allocatable.items())),
-                 node.labels.get(TOPOLOGY_MANAGER_POLICY_LABEL), GPU_CLIQUE_LABEL in node.labels, node.gpus_by_dra)
-        kind = _KIND_TOKENS.get(facts)
-        if kind is None:
-            if len(_KIND_TOKENS) >= KIND_TOKENS_KEPT:
-                _KIND_TOKENS.clear()
-            kind = _KIND_TOKENS[facts] = next(_NEXT_KIND)
-        node.__dict__["_node_kind"] = kind
+        if len(_KIND_TOKENS) >= KIND_TOKENS_KEPT:
+            _KIND_TOKENS.clear()
+        kind = _KIND_TOKENS[facts] = next(_NEXT_KIND)
+    if len(_NODE_KINDS) >= KIND_TOKENS_KEPT:
+        _NODE_KINDS.clear()
+    _NODE_KINDS[node.name] = (node, kind)
     return kind
 
 
@@ -125,6 +137,7 @@ def node_kind(node: NodeInfo) -> int:
 # allocatable differs a little each are one kind each.
 KIND_TOKENS_KEPT = 65536
 _KIND_TOKENS: dict[tuple, int] = {}
+_NODE_KINDS: dict[str, tuple[NodeInfo, int]] = {}  # node name -> (the node object, its kind), as _SHAPE_KEYS
 _NEXT_KIND = itertools.count()
 
 

@@ -130,12 +130,20 @@ class NodeChoice:
                    and free_gpus >= node_gpus)
 
 
+@dataclass
+class _SettledMix:
+    """The mix of the last cycle, which the next one settles from (hysteresis)."""
+
+    mix: Mix | None = None
+
+
 def node_choice(cluster: ClusterState, config: CoreConfig) -> NodeChoice | None:
     """This cycle's ``NodeChoice``; None when it would weigh nothing
     (best fit alone, as configured or for want of shapes or cliques)."""
     mix: Mix = ()
     if config.fragmentation_aware:
-        mix = cluster.caches["gpu_mix"] = settled_mix(cluster.gpu_asks, cluster.caches.get("gpu_mix"))
+        kept = cluster.kept(_SettledMix)
+        mix = kept.mix = settled_mix(cluster.gpu_asks, kept.mix)
     whole_node_ask = 0
     if config.keep_cliques_whole and cluster.clique_node_gpus:
         # Only which clique nodes a waiting pod could take whole matters: the

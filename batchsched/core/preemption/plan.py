@@ -140,19 +140,29 @@ def _spent_namespaces(snapshot: Snapshot, policy: PreemptionPolicy, state: Preem
     return sorted({p.namespace for p in _victim_candidates(snapshot, policy, state) if left(p.namespace) < 1})
 
 
+@dataclass
+class _Candidates:
+    """``_victim_candidates``'s answer and what it is for (ClusterState.kept)."""
+
+    snapshot: Snapshot | None = None
+    policy: PreemptionPolicy | None = None
+    state: PreemptionState | None = None
+    pods: list[PodInfo] = field(default_factory=list)
+
+
 def _victim_candidates(snapshot: Snapshot, policy: PreemptionPolicy, state: PreemptionState) -> list[PodInfo]:
     """The pods, in ``pods`` order, that some preemptor may evict: every
     pod-level rule that does not depend on the preemptor holds.  Computed
-    once per snapshot, policy and state (kept in the snapshot's
-    ``__dict__``, not a field): a cycle asks for every gang that does not fit."""
-    kept = snapshot.__dict__.get("_victim_candidates")
-    if kept is not None and kept[0] is policy and kept[1] is state:
-        return kept[2]
-    candidates = [pod for pod in snapshot.pods.values()
-                  if pod.uid not in state.refused and pod.node_name not in state.cooling_nodes
-                  and pod.node_name in snapshot.nodes and policy.may_be_victim(pod, _ANY_PREEMPTOR, snapshot.now)]
-    snapshot.__dict__["_victim_candidates"] = (policy, state, candidates)
-    return candidates
+    once per snapshot, policy and state: a cycle asks for every gang that
+    does not fit."""
+    kept = snapshot.cluster.kept(_Candidates)
+    if kept.snapshot is snapshot and kept.policy is policy and kept.state is state:
+        return kept.pods
+    kept.pods = [pod for pod in snapshot.pods.values()
+                 if pod.uid not in state.refused and pod.node_name not in state.cooling_nodes
+                 and pod.node_name in snapshot.nodes and policy.may_be_victim(pod, _ANY_PREEMPTOR, snapshot.now)]
+    kept.snapshot, kept.policy, kept.state = snapshot, policy, state
+    return kept.pods
 
 
 _ANY_PREEMPTOR = float("inf")  # a priority above every pod's

@@ -229,7 +229,7 @@ class QueueBook:
     def _demand(self, gang: Gang) -> _GangDemand:
         """What the gang's pending pods ask, kept across cycles with the gang
         (a gang at its queue's limit is asked every time room frees)."""
-        kept: dict[str, _GangDemand] = self._snapshot.cluster.caches.setdefault("queue_demand", {})
+        kept = self._snapshot.cluster.kept(_Demands).by_gang
         demand = kept.get(gang.key)
         if demand is None or demand.gang is not gang:
             if len(kept) > 2 * len(self._snapshot.cluster.pending_gang_keys()) + 64:  # drop gangs that are gone
@@ -517,10 +517,10 @@ class QueueBook:
         kept across cycles, each gang recounted only when its pods or its
         PodGroup changed (all of them when the Queues or the config did)."""
         cluster, groups = self._snapshot.cluster, self._snapshot.groups
-        held: _Held | None = cluster.caches.get("queue_usage")
-        config = (self.default, self.type_label)
+        usage = cluster.kept(_KeptUsage)
+        held, config = usage.held, (self.default, self.type_label)
         if held is None or held.config != config or held.queues != self.queues:
-            held = cluster.caches["queue_usage"] = _Held(dict(self.queues), config)
+            held = usage.held = _Held(dict(self.queues), config)
         holding, stamps, kept_gangs = cluster.holding_gang_keys(), cluster.gang_stamps, held.gangs
         changed = held.changes.since_last(self._snapshot)
         if changed is None:  # every holding gang is checked (the first count, or the logs cannot tell)
@@ -610,6 +610,20 @@ def summed(requests: Iterable[Mapping[str, int]]) -> Resources:
         for name, amount in request.items():
             total[name] = total.get(name, 0) + amount
     return total
+
+
+@dataclass
+class _KeptUsage:
+    """The cross-cycle cache of ``_count_bound`` (ClusterState.kept)."""
+
+    held: _Held | None = None
+
+
+@dataclass
+class _Demands:
+    """The cross-cycle cache of ``_demand``: gang key -> its pending pods' demand."""
+
+    by_gang: dict[str, _GangDemand] = field(default_factory=dict)
 
 
 class _GangDemand:

@@ -46,20 +46,26 @@ _NUMA_RESOURCES = (res.CPU, res.MEMORY)
 def _facts(node: NodeInfo) -> tuple:
     """The node's fixed GPU facts (sharing, id count, topology, NUMA shares),
     computed once per ``NodeInfo`` object: they depend only on its fields, the
-    object is frozen, and a changed node is a new object.  Kept in the
-    object's ``__dict__`` (not a field: equality, repr and ``replace`` are
-    unaffected)."""
-    facts = node.__dict__.get("_gpu_facts")
-    if facts is None:
-        shared = _gpus_shared(node)
-        flat = node.allocatable.get(constants.GPU_RESOURCE, 0)
-        ids = 0 if shared or has_mig_devices(node.labels, node.allocatable) else (
-            len(node.topology) if node.topology is not None
-            else flat if flat <= MAX_GPU_ID + 1 else 0)  # a bogus huge count: no id masks that wide
-        topology = node.topology if ids else None
-        facts = (shared, ids, topology, _numa_capacity(node, topology))
-        object.__setattr__(node, "_gpu_facts", facts)
+    object is frozen, and a changed node is a new object.  Kept in
+    ``_GPU_FACTS`` by node name beside the object they are of."""
+    kept = _GPU_FACTS.get(node.name)
+    if kept is not None and kept[0] is node:
+        return kept[1]
+    shared = _gpus_shared(node)
+    flat = node.allocatable.get(constants.GPU_RESOURCE, 0)
+    ids = 0 if shared or has_mig_devices(node.labels, node.allocatable) else (
+        len(node.topology) if node.topology is not None
+        else flat if flat <= MAX_GPU_ID + 1 else 0)  # a bogus huge count: no id masks that wide
+    topology = node.topology if ids else None
+    facts = (shared, ids, topology, _numa_capacity(node, topology))
+    if len(_GPU_FACTS) >= GPU_FACTS_KEPT:  # names of nodes gone: dropped at once (amortized O(1))
+        _GPU_FACTS.clear()
+    _GPU_FACTS[node.name] = (node, facts)
     return facts
+
+
+_GPU_FACTS: dict[str, tuple[NodeInfo, tuple]] = {}
+GPU_FACTS_KEPT = 65536
 
 
 def _gpus_shared(node: NodeInfo) -> bool:
