@@ -122,7 +122,7 @@ def _simulate(args: argparse.Namespace) -> int:
         ceiling = allocation_ceiling(scenario.jobs, results[0].gpus)
         print(f"No policy could hold more than {100 * ceiling:.1f}% of the GPUs over the arrival window "
               "on this workload (the allocation ceiling).")
-    print("batchsched runs the real decision core; the baselines are batchsched/sim/baselines.py. "
+    print("batchsched runs the real decision core; the baselines are batchsched/sim/baselines/. "
           "Every figure is defined in docs/simulator.md.")
     if args.plot:
         print("charts: " + ", ".join(str(p) for p in write_plots(results, args.plot)))

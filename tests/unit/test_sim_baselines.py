@@ -80,3 +80,20 @@ def test_without_preemption_they_only_pack():
         simulation = Simulation(nodes(1), jobs, baseline(name))  # preemption off by default
         result = simulation.run()
         assert result.evicted_pods == 0 and simulation.runs["default/train"].started == 500.0, name
+
+
+def test_a_baseline_is_one_line_in_the_registry(monkeypatch):
+    """Every baseline is made from the table by its name, and a line added
+    to the table (here: binpack's rules under another name) is one the
+    simulator runs, deciding as the rules it names."""
+    from batchsched.sim import baselines
+    from batchsched.sim.baselines.count_only import binpack
+
+    assert baselines.NAMES == tuple(baselines.BASELINES)
+    assert all(baseline(name).name == name for name in baselines.NAMES)
+    monkeypatch.setitem(baselines.BASELINES, "first-fit-gangs", lambda name, seed, queue, preemption:
+                        binpack(name, seed))
+    jobs = [training("a", 0, 1000, gpus=4), training("b", 1, 1000, gpus=6), training("c", 2, 1000, gpus=2),
+            training("d", 3, 1000, gpus=4)]
+    added = simulate(nodes(), jobs, baseline("first-fit-gangs"))
+    assert added.waits == simulate(nodes(), jobs, baseline("binpack")).waits and max(added.waits) > 0
