@@ -19,7 +19,7 @@ from batchsched.core.cycle.outcome import REASON_EXCEEDS_CAPACITY, REASON_UNSCHE
 from batchsched.core.cycle.place import Placing, give
 from batchsched.core.gangs import Gang
 from batchsched.core.placement.gang import PlanFailure
-from batchsched.core.preemption.plan import NoPreemption, plan_preemption
+from batchsched.core.preemption.plan import NoPreemption, PreemptionRoom, VictimRules, plan_preemption
 from batchsched.core.queueing.queue import Reservation
 from batchsched.core.queueing.runtime import overran_hint
 from batchsched.core.queues.book import Reclaim, flows_said
@@ -90,9 +90,10 @@ def _preempt(ctx: CycleContext, gang: Gang, off_limits: Collection[str], reclaim
     policy, capacity, evicting = ctx.preemption, ctx.capacity, ctx.statement.evicting
     victims_of = reclaim if reclaim is not None else (overran.__contains__ if overran else None)
     outcome = plan_preemption(ctx.snapshot, ctx.gangs, gang, policy, ctx.policies.preemption_state,
-                              capacity.free, capacity.node_filter, ctx.holds.going_for(gang.key), capacity.rooms,
-                              off_limits, evicting, budget=policy.max_victims_per_cycle - len(evicting),
-                              reclaim=victims_of, budgeted=bool(overran) and reclaim is None)
+                              PreemptionRoom(capacity.free, capacity.node_filter, ctx.holds.going_for(gang.key),
+                                             capacity.rooms or {}, off_limits),
+                              VictimRules(policy.max_victims_per_cycle - len(evicting), evicting, victims_of,
+                                          budgeted=bool(overran) and reclaim is None))
     said = "" if reclaim is None else f"Queue {reclaim.queue} is below its fair share and reclaims: "
     if overran:
         said = "Gangs past their expectedRuntimeSeconds on its reserved nodes go first: "

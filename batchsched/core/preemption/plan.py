@@ -194,110 +194,173 @@ def _cheapest_on_node(request: Resources, free: Resources, node: str, candidates
     return taken
 
 
-def plan_preemption(snapshot: Snapshot, gangs: Mapping[str, Gang], gang: Gang,
-                    policy: PreemptionPolicy, state: PreemptionState, free: Mapping[str, Resources],
-                    node_filter: NodeFilter, going: Mapping[str, Resources],
-                    rooms: Mapping[str, GpuRoom] | None = None, off_limits: Collection[str] = (),
-                    excluded: Collection[str] = (), *, budget: int,
-                    reclaim: Callable[[str], bool] | None = None,
-                    budgeted: bool = False) -> PreemptionPlan | NoPreemption:
-    """``free``: what the gang may use now; ``going``: terminating room that
-    will be the gang's once it is gone (NominationHolds.going_for); ``rooms``:
-    the nodes' GPU ids and NUMA room, when they are tracked; ``excluded``:
-    victims of earlier preemptors in this cycle; ``budget``: how many victims
-    are left of ``max_victims_per_cycle`` in this cycle; ``reclaim``: the
-    victim gangs a reclaim may take (victim_units), whatever their priority;
-    ``budgeted``: the namespaces' eviction budgets apply to those too (a
+@dataclass(frozen=True)
+class PreemptionRoom:
+    """Where a preemptor plans: ``free``, what the gang may use now (and
+    ``node_filter`` over its nodes); ``going``, terminating room that will
+    be the gang's once it is gone (NominationHolds.going_for); ``rooms``,
+    the nodes' GPU ids and NUMA room, when they are tracked;
+    ``off_limits``, nodes it may not use."""
+
+    free: Mapping[str, Resources]
+    node_filter: NodeFilter
+    going: Mapping[str, Resources]
+    rooms: Mapping[str, GpuRoom]
+    off_limits: Collection[str] = ()
+
+
+@dataclass(frozen=True)
+class VictimRules:
+    """Which victims it may take: ``budget``, how many are left of
+    ``max_victims_per_cycle`` in this cycle; ``excluded``, victims of
+    earlier preemptors in this cycle; ``reclaim``, the victim gangs a
+    reclaim may take (victim_units), whatever their priority;
+    ``budgeted``, the namespaces' eviction budgets apply to those too (a
     reclaim's victims are not counted against them, docs/preemption.md)."""
-    rooms = rooms or {}
+
+    budget: int
+    excluded: Collection[str] = ()
+    reclaim: Callable[[str], bool] | None = None
+    budgeted: bool = False
+
+    @property
+    def namespace_budgets(self) -> bool:
+        return self.reclaim is None or self.budgeted
+
+
+def plan_preemption(snapshot: Snapshot, gangs: Mapping[str, Gang], gang: Gang, policy: PreemptionPolicy,
+                    state: PreemptionState, where: PreemptionRoom, rules: VictimRules) -> PreemptionPlan | NoPreemption:
+    """The victims that make room for ``gang``'s quorum, and where each of
+    its pods goes once they are gone; or why there are none."""
     why_not = policy.may_preempt(gang.spec, gang.priority, gang.members)
     if why_not:
         return NoPreemption(f"Gang {gang.key} may not preempt: {why_not}.")
     if gang.key in state.in_flight:
         return NoPreemption(f"Gang {gang.key} is waiting for the pods it preempted to terminate.")
-    units = victim_units(snapshot, gangs, gang, policy, state, excluded, reclaim, budgeted)
-    room: dict[str, Resources] = {name: dict(f) for name, f in free.items()}
-    for node, soon in going.items():
-        room[node] = res.add(room.get(node, {}), soon)
-    by_node: dict[str, list[VictimUnit]] = {}
-    for unit in units:
-        for node in unit.nodes:
-            by_node.setdefault(node, []).append(unit)
-
-    gpu_room = dict(rooms)
-    for pod in snapshot.cluster.terminating_pods():  # their GPUs count as free, like their room
-        if pod.node_name in gpu_room:
-            gpu_room[pod.node_name] = _without(gpu_room[pod.node_name], snapshot.nodes[pod.node_name], [pod])
-    chosen: dict[str, VictimUnit] = {}
-    gone: set[str] = set()  # the pods of the chosen units
-    nominations: list[tuple[PodInfo, str]] = []
+    units = victim_units(snapshot, gangs, gang, policy, state, rules.excluded, rules.reclaim, rules.budgeted)
+    search = _Search.start(snapshot, where, units)
     quorum = sorted(gang.pending, key=lambda p: (-p.requests.get(GPU_RESOURCE, 0),
                                                  -p.requests.get(res.CPU, 0), p.created, p.name))
     for pod in quorum[:gang.need]:
-        best: tuple | None = None
-        for node in node_filter.evaluate(pod).feasible:
-            if (node in off_limits or node in state.cooling_nodes
-                    or static_reason(snapshot.nodes[node], pod.requests, gang.spec.topology)):
-                continue
-            candidates = [u for u in by_node.get(node, ()) if distinct_pods([u], gone)]
-            extra = _cheapest_on_node(pod.requests, room[node], node, candidates, gone)
-            if extra is None:
-                continue
-            fitted = _with_gpus(snapshot.nodes[node], gpu_room.get(node), room[node], pod.requests,
-                                gang.spec.topology, extra, candidates, gone)
-            if fitted is None:
-                continue
-            extra, pick = fitted
-            after = res.add(room[node], _freed_on(node, extra, gone))
-            rank = (set_cost(list(chosen.values()) + extra), pick.quality if pick else (),
-                    pack_score(snapshot.nodes[node], pod.requests, after), node)
-            if best is None or rank < best[0]:
-                best = (rank, node, extra, pick)
+        best = search.cheapest_node(pod, gang.spec.topology, where, state.cooling_nodes)
         if best is None:
-            message = (f"Gang {gang.key} would not fit even after evicting every pod policy allows; "
-                       "nothing was evicted.")
-            spent = _spent_namespaces(snapshot, policy, state, excluded) if reclaim is None or budgeted else []
-            if spent:
-                message += (f" Namespace(s) {', '.join(spent[:5])} reached their eviction budget "
-                            f"(maxPerNamespacePerHour={policy.namespace_evictions_per_hour}).")
-            if state.refused:
-                uid, why = next(iter(sorted(state.refused.items())))
-                message += (f" {len(state.refused)} candidate victim(s) could not be evicted lately, "
-                            f"e.g. {snapshot.pods[uid].key if uid in snapshot.pods else uid}: {why}")
-            return NoPreemption(message)
-        _, node, extra, pick = best
-        for victim in distinct_pods(extra, gone):
-            where = victim.node_name
-            room[where] = res.add(room.get(where, {}), victim.requests)
-            if where in gpu_room:
-                gpu_room[where] = _without(gpu_room[where], snapshot.nodes[where], [victim])
-            gone.add(victim.uid)
-        chosen.update((unit.key, unit) for unit in extra)
-        room[node] = res.subtract(room[node], charged(pod.requests, pick, pod.device_demand))
-        if pick is not None:
-            gpu_room[node] = gpu_room[node].take(pick.gpus, pod.requests, pick.numa)
-        nominations.append((pod, node))
-
-    victims = tuple(distinct_pods(chosen.values()))
-    left = _evictions_left(snapshot, policy, state, excluded) if reclaim is None or budgeted else None
-    spent = _beyond_budget(victims, left) if left is not None else ""
-    if spent:
-        return NoPreemption(f"Gang {gang.key} would evict more pods of namespace {spent} than the "
-                            f"{left(spent):.0f} left of its eviction budget "
-                            f"(maxPerNamespacePerHour={policy.namespace_evictions_per_hour}); nothing was evicted.")
-    if len(victims) > budget:
-        limit = f"maxVictimsPerCycle={policy.max_victims_per_cycle}"
-        if budget < policy.max_victims_per_cycle:
-            limit = f"the {budget} left of {limit} in this cycle"
-        return NoPreemption(f"Gang {gang.key} would need {len(victims)} victims, more than {limit}; "
-                            "nothing was evicted.")
-    nodes = sorted({n for _, n in nominations})
+            return NoPreemption(_nowhere_message(snapshot, gang, policy, state, rules))
+        search.take(pod, *best)
+    victims = tuple(distinct_pods(search.chosen.values()))
+    too_many = _beyond_budgets(snapshot, gang, policy, state, rules, victims)
+    if too_many:
+        return NoPreemption(too_many)
+    nodes = sorted({n for _, n in search.nominations})
     if victims:
         message = (f"Gang {gang.key} is preempting {len(victims)} pod(s) on {', '.join(nodes)}: "
                    + ", ".join(sorted(p.key for p in victims)[:10]) + (" ..." if len(victims) > 10 else ""))
     else:
         message = f"Gang {gang.key} waits for terminating pods on {', '.join(nodes)}."
-    return PreemptionPlan(gang.key, victims, tuple(nominations), message)
+    return PreemptionPlan(gang.key, victims, tuple(search.nominations), message)
+
+
+@dataclass
+class _Search:
+    """The hypothetical cluster a preemptor's quorum is placed on, pod by
+    pod: free room and GPU room with the victims chosen so far and every
+    terminating pod gone."""
+
+    snapshot: Snapshot
+    room: dict[str, Resources]
+    gpu_room: dict[str, GpuRoom]
+    by_node: dict[str, list[VictimUnit]]  # candidate units with a pod on the node
+    chosen: dict[str, VictimUnit] = field(default_factory=dict)
+    gone: set[str] = field(default_factory=set)  # the pods of the chosen units
+    nominations: list[tuple[PodInfo, str]] = field(default_factory=list)
+
+    @classmethod
+    def start(cls, snapshot: Snapshot, where: PreemptionRoom, units: list[VictimUnit]) -> _Search:
+        room: dict[str, Resources] = {name: dict(f) for name, f in where.free.items()}
+        for node, soon in where.going.items():
+            room[node] = res.add(room.get(node, {}), soon)
+        by_node: dict[str, list[VictimUnit]] = {}
+        for unit in units:
+            for node in unit.nodes:
+                by_node.setdefault(node, []).append(unit)
+        gpu_room = dict(where.rooms)
+        for pod in snapshot.cluster.terminating_pods():  # their GPUs count as free, like their room
+            if pod.node_name in gpu_room:
+                gpu_room[pod.node_name] = _without(gpu_room[pod.node_name], snapshot.nodes[pod.node_name], [pod])
+        return cls(snapshot, room, gpu_room, by_node)
+
+    def cheapest_node(self, pod: PodInfo, topology: TopologyPolicy, where: PreemptionRoom,
+                      cooling: Collection[str]) -> tuple[str, list[VictimUnit], GpuPick | None] | None:
+        """The node where the cheapest victims (with those chosen) make
+        ``pod`` fit, then the best GPU set, then the tightest fit."""
+        nodes, room, gone = self.snapshot.nodes, self.room, self.gone
+        best: tuple | None = None
+        for node in where.node_filter.evaluate(pod).feasible:
+            if node in where.off_limits or node in cooling or static_reason(nodes[node], pod.requests, topology):
+                continue
+            candidates = [u for u in self.by_node.get(node, ()) if distinct_pods([u], gone)]
+            extra = _cheapest_on_node(pod.requests, room[node], node, candidates, gone)
+            if extra is None:
+                continue
+            fitted = _with_gpus(nodes[node], self.gpu_room.get(node), room[node], pod.requests, topology, extra,
+                                candidates, gone)
+            if fitted is None:
+                continue
+            extra, pick = fitted
+            after = res.add(room[node], _freed_on(node, extra, gone))
+            rank = (set_cost(list(self.chosen.values()) + extra), pick.quality if pick else (),
+                    pack_score(nodes[node], pod.requests, after), node)
+            if best is None or rank < best[0]:
+                best = (rank, node, extra, pick)
+        return best[1:] if best is not None else None
+
+    def take(self, pod: PodInfo, node: str, extra: list[VictimUnit], pick: GpuPick | None) -> None:
+        """Evict ``extra`` and place ``pod`` on ``node`` (with ``pick``'s GPUs)."""
+        room, gpu_room, nodes = self.room, self.gpu_room, self.snapshot.nodes
+        for victim in distinct_pods(extra, self.gone):
+            where = victim.node_name
+            room[where] = res.add(room.get(where, {}), victim.requests)
+            if where in gpu_room:
+                gpu_room[where] = _without(gpu_room[where], nodes[where], [victim])
+            self.gone.add(victim.uid)
+        self.chosen.update((unit.key, unit) for unit in extra)
+        room[node] = res.subtract(room[node], charged(pod.requests, pick, pod.device_demand))
+        if pick is not None:
+            gpu_room[node] = gpu_room[node].take(pick.gpus, pod.requests, pick.numa)
+        self.nominations.append((pod, node))
+
+
+def _nowhere_message(snapshot: Snapshot, gang: Gang, policy: PreemptionPolicy, state: PreemptionState,
+                     rules: VictimRules) -> str:
+    message = (f"Gang {gang.key} would not fit even after evicting every pod policy allows; "
+               "nothing was evicted.")
+    spent = _spent_namespaces(snapshot, policy, state, rules.excluded) if rules.namespace_budgets else []
+    if spent:
+        message += (f" Namespace(s) {', '.join(spent[:5])} reached their eviction budget "
+                    f"(maxPerNamespacePerHour={policy.namespace_evictions_per_hour}).")
+    if state.refused:
+        uid, why = next(iter(sorted(state.refused.items())))
+        message += (f" {len(state.refused)} candidate victim(s) could not be evicted lately, "
+                    f"e.g. {snapshot.pods[uid].key if uid in snapshot.pods else uid}: {why}")
+    return message
+
+
+def _beyond_budgets(snapshot: Snapshot, gang: Gang, policy: PreemptionPolicy, state: PreemptionState,
+                    rules: VictimRules, victims: tuple[PodInfo, ...]) -> str:
+    """Why ``victims`` are too many (a namespace's hourly budget, the
+    cycle's victims left); "" when they are not."""
+    left = _evictions_left(snapshot, policy, state, rules.excluded) if rules.namespace_budgets else None
+    spent = _beyond_budget(victims, left) if left is not None else ""
+    if spent:
+        return (f"Gang {gang.key} would evict more pods of namespace {spent} than the "
+                f"{left(spent):.0f} left of its eviction budget "
+                f"(maxPerNamespacePerHour={policy.namespace_evictions_per_hour}); nothing was evicted.")
+    if len(victims) > rules.budget:
+        limit = f"maxVictimsPerCycle={policy.max_victims_per_cycle}"
+        if rules.budget < policy.max_victims_per_cycle:
+            limit = f"the {rules.budget} left of {limit} in this cycle"
+        return (f"Gang {gang.key} would need {len(victims)} victims, more than {limit}; "
+                "nothing was evicted.")
+    return ""
 
 
 def _without(room: GpuRoom, node: NodeInfo, pods: Iterable[PodInfo]) -> GpuRoom:
