@@ -101,7 +101,7 @@ class Gang:
     def partly_bound(self) -> bool:
         """Bound members hold room while the quorum is short: left so too
         long, the gang starts over, whoever bound them (a gang that cannot
-        complete holds nothing; core/cycle.py)."""
+        complete holds nothing; core/cycle/)."""
         return self.need > 0 and bool(self.bound_active)
 
     @functools.cached_property
