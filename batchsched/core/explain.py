@@ -19,7 +19,7 @@ from batchsched.core.cycle import REASON_EXCEEDS_CAPACITY
 from batchsched.core.cycle.facts import placement_policy
 from batchsched.core.dra.demand import DeviceDemand
 from batchsched.core.gangs import Gang, GangIndex
-from batchsched.core.model import NodeInfo, TopologyPolicy, device_plugin_gpus
+from batchsched.core.model import NodeInfo, PodInfo, TopologyPolicy, device_plugin_gpus
 from batchsched.core.placement.capacity import CapacityIndex
 from batchsched.core.placement.fit import out_where_dra_serves_gpus, resource_reasons, static_reasons
 from batchsched.core.placement.gang import min_resources_beyond, never_fits
@@ -69,30 +69,8 @@ def explain_gang(snapshot: Snapshot, gang_key: str, config: CoreConfig = CoreCon
     report = Report(data={"gang": gang_key})
     gang = GangIndex(snapshot).get(gang_key)
     if gang is None:
-        if gang_key in snapshot.groups or gang_key in snapshot.invalid_groups:
-            source = gangsources.SOURCES[gangsources.source_of_key(gang_key)]
-            name = gang_key.split("/")[-1].removeprefix(f"{source.name}:")
-            report.verdict = (f"{source.kind} {gang_key} has no member pods with schedulerName "
-                              f"{snapshot.scheduler_name!r} ({source.membership(name)}).")
-        else:
-            report.verdict = f"No PodGroup or pod gang {gang_key} is known."
-        report.add(report.verdict)
-        report.data.update(found=False, verdict=report.verdict)
-        return report
-
-    report.data.update(
-        found=True, minMember=gang.min_member, priority=gang.priority,
-        members={"total": len(gang.members), "bound": len(gang.bound_active), "pending": len(gang.pending),
-                 "gated": gang.gated})
-    report.add(f"Gang {gang.key}: minMember {gang.min_member}, priority {gang.priority}")
-    report.add(f"  members: {len(gang.members)} ({len(gang.bound_active)} bound, {len(gang.pending)} pending"
-               f", {gang.gated} gated)")
-    elastic = gang.active - gang.min_member
-    if elastic > 0:  # beyond minMember: placed as room allows, the first victims (docs/podgroup.md)
-        bound = min(elastic, max(0, len(gang.bound_active) - gang.min_member))
-        report.data["elastic"] = {"members": elastic, "bound": bound, "pending": elastic - bound}
-        report.add(f"  elastic: {elastic} member(s) beyond minMember {gang.min_member} ({bound} bound, "
-                   f"{elastic - bound} pending): placed as room allows, the first victims at their priority")
+        return _unknown_gang(snapshot, gang_key, report)
+    _members(gang, report)
     if gang.problem is not None:
         report.data["problem"] = {"reason": gang.problem.reason, "message": gang.problem.message}
         report.data["reason"] = gang.problem.reason
@@ -110,11 +88,70 @@ def explain_gang(snapshot: Snapshot, gang_key: str, config: CoreConfig = CoreCon
         return _concluded(report, queue_problem)
     if not gang.pending:
         return _concluded(report, "nothing to place: every active member is bound.")
+    free = snapshot.free_by_node()
+    unreadable = _gpu_checklist(snapshot, gang, free, report)
+    rooms = gpu_rooms(snapshot)
+    report.data["need"] = gang.need
+    report.data["shapes"] = []
+    shapes: dict[tuple, list] = {}
+    for pod in gang.pending:
+        shapes.setdefault((tuple(sorted(pod.requests.items())), pod.device_demand, out_where_dra_serves_gpus(pod)),
+                          []).append(pod)
+    check = _NodeCheck(snapshot, gang, placement_policy(snapshot, gang, config), free, rooms, unreadable)
+    for (shape, demand, _), pods in shapes.items():
+        check.shape_room(pods, shape, demand, report)
+    rooms_text = ", ".join(f"{s['room']} like {s['like']}" for s in report.data["shapes"])
+    if gang.need:
+        need = f"needs {gang.need} of its {len(gang.pending)} pending pod(s) placed at once"
+    else:  # the quorum is bound: nothing is needed at once
+        need = f"has its quorum bound; {len(gang.pending)} more pod(s) are placed as room allows"
+    if gang.eligible:
+        report.add(f"The gang {need}.")
+    never = _never_fits(snapshot, gang, free, rooms)
+    if never:
+        report.data["neverFits"] = {"reason": REASON_EXCEEDS_CAPACITY, "message": never}
+        report.add(never)
+        report.data.setdefault("reason", REASON_EXCEEDS_CAPACITY)
+    report.verdict = report.verdict or never or f"{need}; room now for {rooms_text}"
+    report.data["verdict"] = report.verdict
+    return report
 
+
+def _unknown_gang(snapshot: Snapshot, gang_key: str, report: Report) -> Report:
+    if gang_key in snapshot.groups or gang_key in snapshot.invalid_groups:
+        source = gangsources.SOURCES[gangsources.source_of_key(gang_key)]
+        name = gang_key.split("/")[-1].removeprefix(f"{source.name}:")
+        report.verdict = (f"{source.kind} {gang_key} has no member pods with schedulerName "
+                          f"{snapshot.scheduler_name!r} ({source.membership(name)}).")
+    else:
+        report.verdict = f"No PodGroup or pod gang {gang_key} is known."
+    report.add(report.verdict)
+    report.data.update(found=False, verdict=report.verdict)
+    return report
+
+
+def _members(gang: Gang, report: Report) -> None:
+    report.data.update(
+        found=True, minMember=gang.min_member, priority=gang.priority,
+        members={"total": len(gang.members), "bound": len(gang.bound_active), "pending": len(gang.pending),
+                 "gated": gang.gated})
+    report.add(f"Gang {gang.key}: minMember {gang.min_member}, priority {gang.priority}")
+    report.add(f"  members: {len(gang.members)} ({len(gang.bound_active)} bound, {len(gang.pending)} pending"
+               f", {gang.gated} gated)")
+    elastic = gang.active - gang.min_member
+    if elastic > 0:  # beyond minMember: placed as room allows, the first victims (docs/podgroup.md)
+        bound = min(elastic, max(0, len(gang.bound_active) - gang.min_member))
+        report.data["elastic"] = {"members": elastic, "bound": bound, "pending": elastic - bound}
+        report.add(f"  elastic: {elastic} member(s) beyond minMember {gang.min_member} ({bound} bound, "
+                   f"{elastic - bound} pending): placed as room allows, the first victims at their priority")
+
+
+def _gpu_checklist(snapshot: Snapshot, gang: Gang, free: Mapping[str, Mapping[str, int]], report: Report) -> str:
+    """The GPU checklist (asks, advertising nodes, node agents, DRA); why
+    claims could not be read ("" when they could)."""
     gpu_asked = [p for p in gang.pending if p.requests.get(constants.GPU_RESOURCE)]
     advertising = [n for n in snapshot.nodes.values() if constants.GPU_RESOURCE in n.allocatable]
     allocatable = sum(n.allocatable.get(constants.GPU_RESOURCE, 0) for n in advertising)
-    free = snapshot.free_by_node()
     report.data["gpuChecklist"] = {
         "podsAskingGpu": len(gpu_asked), "pendingPods": len(gang.pending), "nodesAdvertisingGpu": len(advertising),
         "nodes": len(snapshot.nodes), "gpusAllocatable": allocatable,
@@ -140,15 +177,23 @@ def explain_gang(snapshot: Snapshot, gang_key: str, config: CoreConfig = CoreCon
         report.add(f"  -> {dra['claimsUnreadable']}")
     if gpu_asked and not advertising and not dra["nodes"]:
         report.add("  -> no node advertises GPUs: is the NVIDIA device plugin running on the GPU nodes?")
+    return dra["claimsUnreadable"]
 
-    rooms = gpu_rooms(snapshot)
-    report.data["need"] = gang.need
-    report.data["shapes"] = []
-    shapes: dict[tuple, list] = {}
-    for pod in gang.pending:
-        shapes.setdefault((tuple(sorted(pod.requests.items())), pod.device_demand, out_where_dra_serves_gpus(pod)),
-                          []).append(pod)
-    for (shape, demand, _), pods in shapes.items():
+
+@dataclass(frozen=True)
+class _NodeCheck:
+    """What checking a pod shape node by node reads."""
+
+    snapshot: Snapshot
+    gang: Gang
+    policy: TopologyPolicy  # the gang's, as placement applies it
+    free: Mapping[str, Mapping[str, int]]
+    rooms: Mapping[str, GpuRoom]
+    unreadable: str  # why claims could not be read ("" when they could)
+
+    def shape_room(self, pods: list[PodInfo], shape: tuple, demand: DeviceDemand | None, report: Report) -> None:
+        """Node by node, why pods like ``pods[0]`` do not fit, or how many do."""
+        snapshot, gang, free, rooms = self.snapshot, self.gang, self.free, self.rooms
         pod = pods[0]
         asks = ", ".join(f"{k}={res.format_amount(k, v)}" for k, v in shape)
         report.add(f"{len(pods)} pending pod(s) like {pod.name} asking {asks}:")
@@ -162,15 +207,15 @@ def explain_gang(snapshot: Snapshot, gang_key: str, config: CoreConfig = CoreCon
                                    or resource_reasons(pod.requests, free[name])
                                    or _topology_reasons(node, rooms.get(name), pod.requests, gang.spec.topology,
                                                         demand), pod.requests)
-            if reasons and node.dra is not None and dra["claimsUnreadable"]:
-                reasons = [*reasons, dra["claimsUnreadable"]]  # why its DRA GPUs all count as taken
+            if reasons and node.dra is not None and self.unreadable:
+                reasons = [*reasons, self.unreadable]  # why its DRA GPUs all count as taken
             if reasons:
                 report.add(f"  {name}: " + "; ".join(reasons))
                 nodes.append({"node": name, "fits": 0, "reasons": reasons})
             else:
                 slots = _how_many(pod.requests, free[name])
                 fitting += slots
-                gpus = pick_gpus(node, rooms.get(name), pod.requests, placement_policy(snapshot, gang, config), demand)
+                gpus = pick_gpus(node, rooms.get(name), pod.requests, self.policy, demand)
                 ids = f", GPUs {','.join(map(str, gpus.gpus))} for the first" if gpus.gpus else ""
                 report.add(f"  {name}: fits ({slots} such pod(s){ids})")
                 nodes.append({"node": name, "fits": slots, "reasons": [], "gpus": list(gpus.gpus)})
@@ -178,21 +223,6 @@ def explain_gang(snapshot: Snapshot, gang_key: str, config: CoreConfig = CoreCon
         report.data["shapes"].append({"pods": len(pods), "like": pod.name,
                                       "requests": {k: res.format_amount(k, v) for k, v in shape},
                                       "room": fitting, "nodes": nodes})
-    rooms_text = ", ".join(f"{s['room']} like {s['like']}" for s in report.data["shapes"])
-    if gang.need:
-        need = f"needs {gang.need} of its {len(gang.pending)} pending pod(s) placed at once"
-    else:  # the quorum is bound: nothing is needed at once
-        need = f"has its quorum bound; {len(gang.pending)} more pod(s) are placed as room allows"
-    if gang.eligible:
-        report.add(f"The gang {need}.")
-    never = _never_fits(snapshot, gang, free, rooms)
-    if never:
-        report.data["neverFits"] = {"reason": REASON_EXCEEDS_CAPACITY, "message": never}
-        report.add(never)
-        report.data.setdefault("reason", REASON_EXCEEDS_CAPACITY)
-    report.verdict = report.verdict or never or f"{need}; room now for {rooms_text}"
-    report.data["verdict"] = report.verdict
-    return report
 
 
 def _never_fits(snapshot: Snapshot, gang: Gang, free: Mapping[str, Mapping[str, int]],
