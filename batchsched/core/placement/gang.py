@@ -208,7 +208,10 @@ def _attempt(shapes: Sequence[_Shape], capacity: CapacityIndex, reserved: Collec
              outside: Collection[str] = frozenset(), sharing: _Sharing = _Sharing()) -> _Attempt:
     """Place pod by pod, each on its best node, none on ``reserved`` or
     ``outside`` nodes, the members of a ``sharing`` group on their lead's;
-    the index is left as it was."""
+    the index is left as it was.  (Longer than the core's guideline: it is
+    the planner's inner loop, run for every pod of every attempt, and its
+    local heap, free map and GPU rooms stay in one frame rather than
+    travelling through calls per pod.)"""
     trial = _Attempt()
     taken, rooms = trial.taken, trial.rooms
     view_of = {p.uid: s.view for s in shapes for p in s.pods} if sharing.units else {}
@@ -481,6 +484,8 @@ def plan_gang(
     task_need: Mapping[str, int] | None = None,
 ) -> GangPlan | PlanFailure:
     """Place at least ``need`` of ``pods`` at once, or explain why not.
+    (Beyond the three inputs, five keyword options, each with a default
+    that leaves it out: callers name only those they use.)
 
     ``pods`` are one gang's unbound, schedulable members and ``policy`` its
     topology policy, with its domain label keys resolved; ``bound_on`` the

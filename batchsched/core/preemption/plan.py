@@ -70,18 +70,17 @@ class NoPreemption:
     message: str
 
 
-def victim_units(snapshot: Snapshot, gangs: Mapping[str, Gang], preemptor: Gang,
-                 policy: PreemptionPolicy, state: PreemptionState,
-                 excluded: Collection[str] = (), reclaim: Callable[[str], bool] | None = None,
-                 budgeted: bool = False) -> list[VictimUnit]:
+def victim_units(snapshot: Snapshot, gangs: Mapping[str, Gang], preemptor: Gang, policy: PreemptionPolicy,
+                 state: PreemptionState, rules: VictimRules | None = None) -> list[VictimUnit]:
     """Every unit that may be evicted for ``preemptor``, cheapest first.
-    With ``reclaim`` (a queue taking back room lent, docs/queues.md) the
-    victims are our gangs it accepts, whatever their priority."""
+    With ``rules.reclaim`` (a queue taking back room lent, docs/queues.md)
+    the victims are our gangs it accepts, whatever their priority."""
+    excluded, reclaim = (rules.excluded, rules.reclaim) if rules is not None else ((), None)
     now = snapshot.now
     units: list[VictimUnit] = []
     by_gang: dict[str, list[PodInfo]] = {}
     above = preemptor.priority if reclaim is None else _ANY_PREEMPTOR
-    left = _evictions_left(snapshot, policy, state, excluded) if reclaim is None or budgeted else None
+    left = _evictions_left(snapshot, policy, state, excluded) if rules is None or rules.namespace_budgets else None
     for pod in _victim_candidates(snapshot, policy, state):
         if pod.uid in excluded or pod.gang_key == preemptor.key or (left is not None and left(pod.namespace) < 1):
             continue
@@ -237,7 +236,7 @@ def plan_preemption(snapshot: Snapshot, gangs: Mapping[str, Gang], gang: Gang, p
         return NoPreemption(f"Gang {gang.key} may not preempt: {why_not}.")
     if gang.key in state.in_flight:
         return NoPreemption(f"Gang {gang.key} is waiting for the pods it preempted to terminate.")
-    units = victim_units(snapshot, gangs, gang, policy, state, rules.excluded, rules.reclaim, rules.budgeted)
+    units = victim_units(snapshot, gangs, gang, policy, state, rules)
     search = _Search.start(snapshot, where, units)
     quorum = sorted(gang.pending, key=lambda p: (-p.requests.get(GPU_RESOURCE, 0),
                                                  -p.requests.get(res.CPU, 0), p.created, p.name))
@@ -301,8 +300,7 @@ class _Search:
             extra = _cheapest_on_node(pod.requests, room[node], node, candidates, gone)
             if extra is None:
                 continue
-            fitted = _with_gpus(nodes[node], self.gpu_room.get(node), room[node], pod.requests, topology, extra,
-                                candidates, gone)
+            fitted = self._with_gpus(nodes[node], pod.requests, topology, extra, candidates)
             if fitted is None:
                 continue
             extra, pick = fitted
@@ -312,6 +310,49 @@ class _Search:
             if best is None or rank < best[0]:
                 best = (rank, node, extra, pick)
         return best[1:] if best is not None else None
+
+    def _with_gpus(self, node: NodeInfo, request: Resources, topology_policy: TopologyPolicy, extra: list[VictimUnit],
+                   candidates: list[VictimUnit]) -> tuple[list[VictimUnit], GpuPick | None] | None:
+        """Make the victims on ``node`` give the pod GPUs its gang's topology
+        policy accepts, and among equally cheap victim sets prefer the one that
+        frees the best-connected set; None when no victim set does."""
+        gpu_room, free, gone = self.gpu_room.get(node.name), self.room[node.name], self.gone
+        if gpu_room is None or not request.get(GPU_RESOURCE, 0):
+            return extra, None
+
+        def pick_for(units: list[VictimUnit]) -> GpuPick | str:
+            pods = [p for p in distinct_pods(units, gone) if p.node_name == node.name]
+            return pick_gpus(node, _without(gpu_room, node, pods), request, topology_policy)
+
+        pick = pick_for(extra)
+        if isinstance(pick, str):  # the policy needs more room than the counts do
+            more = list(extra)
+            for unit in candidates:
+                if unit not in more:
+                    more.append(unit)
+                    pick = pick_for(more)
+                    if not isinstance(pick, str):
+                        break
+            if isinstance(pick, str):
+                return None
+            extra = more
+        ideal = pick_for(candidates)
+        if isinstance(ideal, str) or ideal.gpus == pick.gpus:
+            return extra, pick
+        wanted = mask_of(ideal.gpus)
+        holding = [u for u in candidates if any(mask_of(p.gpu_ids) & wanted for p in u.pods
+                                                if p.node_name == node.name)]
+        room = res.add(free, _freed_on(node.name, holding, gone))
+        topping = _cheapest_on_node(request, room, node.name, [u for u in candidates if u not in holding],
+                                    set(gone) | {p.uid for p in distinct_pods(holding)})
+        if topping is None:
+            return extra, pick
+        aligned = holding + topping
+        aligned_pick = pick_for(aligned)
+        if (not isinstance(aligned_pick, str) and set_cost(aligned) <= set_cost(extra)
+                and aligned_pick.quality <= pick.quality):
+            return aligned, aligned_pick
+        return extra, pick
 
     def take(self, pod: PodInfo, node: str, extra: list[VictimUnit], pick: GpuPick | None) -> None:
         """Evict ``extra`` and place ``pod`` on ``node`` (with ``pick``'s GPUs)."""
@@ -370,51 +411,6 @@ def _without(room: GpuRoom, node: NodeInfo, pods: Iterable[PodInfo]) -> GpuRoom:
         named = [g for g in sorted(set(pod.gpu_ids)) if not room.free >> g & 1][:asked]
         room = room.give(named, pod.requests, charged_numa(node, named, asked))
     return room
-
-
-def _with_gpus(node: NodeInfo, gpu_room: GpuRoom | None, free: Resources, request: Resources,
-               topology_policy: TopologyPolicy, extra: list[VictimUnit], candidates: list[VictimUnit],
-               gone: Collection[str]) -> tuple[list[VictimUnit], GpuPick | None] | None:
-    """Make the victims on ``node`` give the pod GPUs its gang's topology
-    policy accepts, and among equally cheap victim sets prefer the one that
-    frees the best-connected set; None when no victim set does.  ``free``
-    and ``gpu_room`` already count the pods in ``gone``."""
-    if gpu_room is None or not request.get(GPU_RESOURCE, 0):
-        return extra, None
-
-    def pick_for(units: list[VictimUnit]) -> GpuPick | str:
-        pods = [p for p in distinct_pods(units, gone) if p.node_name == node.name]
-        return pick_gpus(node, _without(gpu_room, node, pods), request, topology_policy)
-
-    pick = pick_for(extra)
-    if isinstance(pick, str):  # the policy needs more room than the counts do
-        more = list(extra)
-        for unit in candidates:
-            if unit not in more:
-                more.append(unit)
-                pick = pick_for(more)
-                if not isinstance(pick, str):
-                    break
-        if isinstance(pick, str):
-            return None
-        extra = more
-    ideal = pick_for(candidates)
-    if isinstance(ideal, str) or ideal.gpus == pick.gpus:
-        return extra, pick
-    wanted = mask_of(ideal.gpus)
-    holding = [u for u in candidates if any(mask_of(p.gpu_ids) & wanted for p in u.pods
-                                            if p.node_name == node.name)]
-    room = res.add(free, _freed_on(node.name, holding, gone))
-    topping = _cheapest_on_node(request, room, node.name, [u for u in candidates if u not in holding],
-                                set(gone) | {p.uid for p in distinct_pods(holding)})
-    if topping is None:
-        return extra, pick
-    aligned = holding + topping
-    aligned_pick = pick_for(aligned)
-    if (not isinstance(aligned_pick, str) and set_cost(aligned) <= set_cost(extra)
-            and aligned_pick.quality <= pick.quality):
-        return aligned, aligned_pick
-    return extra, pick
 
 
 @dataclass
