@@ -19,9 +19,10 @@ from batchsched.core.placement.capacity import CapacityIndex
 class Statement:
     plan: CyclePlan
     evicting: set[str] = field(default_factory=set)  # victims chosen earlier in this cycle
-    _lengths: tuple[int, int, int] = (0, 0, 0)
-    _evicting: frozenset[str] = frozenset()
-    _capacity: CapacityIndex | None = None
+    # At the checkpoint: the plan's bindings, evictions and nominations, the victims, the index.
+    _lengths: tuple[int, int, int] = field(default=(0, 0, 0), init=False)
+    _evicting: frozenset[str] = field(default=frozenset(), init=False)
+    _capacity: CapacityIndex | None = field(default=None, init=False)
 
     def checkpoint(self, capacity: CapacityIndex) -> None:
         """Open: what follows, until ``keep`` or ``rollback``, is one attempt's."""
