@@ -27,7 +27,7 @@ import dataclasses
 from batchsched.core.config import CoreConfig
 from batchsched.core.cycle.admit import admit
 from batchsched.core.cycle.commit import commit
-from batchsched.core.cycle.context import CycleContext, Policies
+from batchsched.core.cycle.context import CycleContext
 from batchsched.core.cycle.facts import placement_policy
 from batchsched.core.cycle.order import retry_where_freed, room_taken_before_its_turn, start_over_partial_gangs, \
     waiting_gangs
@@ -58,7 +58,7 @@ __all__ = ["schedule_cycle", "placement_policy", "Binding", "CyclePlan", "Evicti
 def schedule_cycle(snapshot: Snapshot, queue: GangQueue, config: CoreConfig = CoreConfig(),
                    preemption: PreemptionPolicy = PreemptionPolicy(enabled=False),
                    preemption_state: PreemptionState = PreemptionState()) -> CyclePlan:
-    ctx = open_cycle(snapshot, queue, Policies(config, preemption, preemption_state))
+    ctx = open_cycle(snapshot, queue, config, preemption, preemption_state)
     waiting_gangs(ctx)
     starting_over = start_over_partial_gangs(ctx)
     retry_where_freed(ctx)
@@ -72,12 +72,12 @@ def schedule_cycle(snapshot: Snapshot, queue: GangQueue, config: CoreConfig = Co
     return dataclasses.replace(ctx.plan, reservation=queue.reservation)
 
 
-def open_cycle(snapshot: Snapshot, queue: GangQueue, policies: Policies) -> CycleContext:
+def open_cycle(snapshot: Snapshot, queue: GangQueue, config: CoreConfig, preemption: PreemptionPolicy,
+               preemption_state: PreemptionState) -> CycleContext:
     holds = NominationHolds.from_snapshot(snapshot)
-    return CycleContext(snapshot, queue, policies, GangIndex(snapshot), QueueBook(snapshot, policies.config),
-                        Statement(CyclePlan()), holds, holds.withheld(),
-                        # every cycle: its mix is kept with hysteresis
-                        node_choice(snapshot.cluster, policies.config))
+    return CycleContext(snapshot, queue, config, preemption, preemption_state, GangIndex(snapshot),
+                        QueueBook(snapshot, config), Statement(CyclePlan()), holds, holds.withheld(),
+                        node_choice(snapshot.cluster, config))  # every cycle: its mix is kept with hysteresis
 
 
 def attempt(ctx: CycleContext, key: str) -> None:

@@ -1,7 +1,7 @@
 """The state one cycle's stages share (``CycleContext``).
 
 As kube-scheduler's CycleState or KAI's Session: the snapshot, the policy
-set, the per-cycle structures the stages read and write (the gangs, the
+set (config, preemption policy and state), the per-cycle structures the stages read and write (the gangs, the
 queue book, the nominated room, the capacity index, the pods lent reserved
 room) and the open ``Statement``.  A stage takes the context and the gang
 it works on; what it decides goes into ``ctx.plan`` through the statement.
@@ -25,20 +25,14 @@ from batchsched.core.resources import Resources
 from batchsched.core.snapshot import Snapshot
 
 
-@dataclass(frozen=True)
-class Policies:
-    """What the operator configured, for the whole cycle."""
-
-    config: CoreConfig
-    preemption: PreemptionPolicy
-    preemption_state: PreemptionState
-
-
 @dataclass
 class CycleContext:
     snapshot: Snapshot
     queue: GangQueue
-    policies: Policies
+    # the policy set, as the operator configured it, for the whole cycle
+    config: CoreConfig
+    preemption: PreemptionPolicy
+    preemption_state: PreemptionState
     gangs: GangIndex
     book: QueueBook
     statement: Statement
@@ -51,25 +45,16 @@ class CycleContext:
     lent: dict[str, float] = field(default_factory=dict)
     _capacity: CapacityIndex | None = None
 
+    def __post_init__(self) -> None:
+        self.cluster_total: Mapping[str, int] = self.snapshot.cluster.total_allocatable  # every node's allocatable
+
     @property
     def now(self) -> float:
         return self.snapshot.now
 
     @property
-    def config(self) -> CoreConfig:
-        return self.policies.config
-
-    @property
-    def preemption(self) -> PreemptionPolicy:
-        return self.policies.preemption
-
-    @property
-    def cluster_total(self) -> Mapping[str, int]:
-        return self.snapshot.cluster.total_allocatable
-
-    @property
     def plan(self) -> CyclePlan:
-        return self.statement.plan
+        return self.statement.plan  # (a property: read a few times per gang tried)
 
     @property
     def capacity(self) -> CapacityIndex:

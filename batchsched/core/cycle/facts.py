@@ -38,12 +38,11 @@ class GangFacts:
 
     by_key: dict[str, _Facts] = field(default_factory=dict)
 
-    def of(self, gang: Gang, pods: int) -> _Facts:
-        facts = self.by_key.get(gang.key)
-        if facts is None or facts.gang is not gang:
-            if len(self.by_key) > 2 * pods + KEPT_BEYOND_PODS:
-                self.by_key.clear()
-            facts = self.by_key[gang.key] = _Facts(gang)
+    def renew(self, gang: Gang, pods: int) -> _Facts:
+        """New facts for ``gang`` (first seen, or a new object)."""
+        if len(self.by_key) > 2 * pods + KEPT_BEYOND_PODS:
+            self.by_key.clear()
+        facts = self.by_key[gang.key] = _Facts(gang)
         return facts
 
 
@@ -51,7 +50,11 @@ KEPT_BEYOND_PODS = 1024
 
 
 def _facts(snapshot: Snapshot, gang: Gang) -> _Facts:
-    return snapshot.cluster.kept(GangFacts).of(gang, len(snapshot.pods))
+    kept = snapshot.cluster.kept(GangFacts)
+    facts = kept.by_key.get(gang.key)
+    if facts is None or facts.gang is not gang:
+        facts = kept.renew(gang, len(snapshot.pods))
+    return facts
 
 
 def one_pod_per_shape(snapshot: Snapshot, gang: Gang) -> list[PodInfo]:

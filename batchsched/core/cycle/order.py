@@ -155,7 +155,7 @@ def room_taken_before_its_turn(ctx: CycleContext, gang: Gang) -> bool:
     reserved = queue.reserved_against(gang.key)
     if reserved and (_one_pod_backfills(snapshot, gang, queue.reservation) or (
             ctx.config.lend_reserved and may_borrow(snapshot, ctx.gangs, gang, gang.pending, queue, preemption,
-                                                    ctx.policies.preemption_state, ctx.lent))):
+                                                    ctx.preemption_state, ctx.lent))):
         reserved = frozenset()
     return places_none(one_pod_per_shape(snapshot, gang), ctx.capacity, reserved=reserved,
                        policy=placement_policy(snapshot, gang, ctx.config))

@@ -51,7 +51,7 @@ def place(ctx: CycleContext, gang: Gang, admission: Admission) -> Placing:
         in_time = backfills(ctx.snapshot, admission.pods, queue.reservation)
         if not in_time and ctx.config.lend_reserved and may_borrow(
                 ctx.snapshot, ctx.gangs, gang, admission.pods, queue, ctx.preemption,
-                ctx.policies.preemption_state, ctx.lent):
+                ctx.preemption_state, ctx.lent):
             borrowed = queue.reservation.gang_key
         if in_time or borrowed:
             # It ends before the reserved gang is expected to fit, or that

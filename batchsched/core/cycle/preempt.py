@@ -39,7 +39,7 @@ def unplaced(ctx: CycleContext, gang: Gang, placing: Placing) -> None:
     if len(ctx.plan.nominations) == nominated_before:
         give(ctx.capacity, placing.own_holds, res.subtract)  # its claims stand; new ones would replace them
         if ctx.config.hold_borrowing and ctx.preemption.enabled and not failure.never_fits and gang.need \
-                and not placing.own_holds and key not in ctx.policies.preemption_state.in_flight:
+                and not placing.own_holds and key not in ctx.preemption_state.in_flight:
             ctx.book.note_unplaced(gang)  # what others borrow now would be reclaimed for it
     reason = REASON_EXCEEDS_CAPACITY if failure.never_fits else REASON_UNSCHEDULABLE
     ctx.plan.verdicts[key] = Verdict(False, reason, message)
@@ -89,7 +89,7 @@ def _preempt(ctx: CycleContext, gang: Gang, off_limits: Collection[str], reclaim
     hints on its reserved nodes); returns the sentence its verdict gets."""
     policy, capacity, evicting = ctx.preemption, ctx.capacity, ctx.statement.evicting
     victims_of = reclaim if reclaim is not None else (overran.__contains__ if overran else None)
-    outcome = plan_preemption(ctx.snapshot, ctx.gangs, gang, policy, ctx.policies.preemption_state,
+    outcome = plan_preemption(ctx.snapshot, ctx.gangs, gang, policy, ctx.preemption_state,
                               PreemptionRoom(capacity.free, capacity.node_filter, ctx.holds.going_for(gang.key),
                                              capacity.rooms or {}, off_limits),
                               VictimRules(policy.max_victims_per_cycle - len(evicting), evicting, victims_of,

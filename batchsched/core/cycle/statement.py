@@ -33,7 +33,8 @@ class Statement:
         capacity.undo = {}
 
     def keep(self) -> None:
-        self._close().undo = None
+        self._capacity.undo = None
+        self._capacity = None
 
     def rollback(self) -> None:
         """Drop the attempt's bindings, evictions and nominations and put
@@ -42,9 +43,5 @@ class Statement:
         plan = self.plan
         del plan.bindings[bindings:], plan.evictions[evictions:], plan.nominations[nominations:]
         self.evicting.intersection_update(self._evicting)
-        self._close().rollback()
-
-    def _close(self) -> CapacityIndex:
         capacity, self._capacity = self._capacity, None
-        assert capacity is not None, "no statement open"
-        return capacity
+        capacity.rollback()
