@@ -66,7 +66,7 @@ QUEUES_PATH = f"/apis/{constants.GROUP}/{constants.VERSION}/{constants.QUEUE_PLU
 # Objects per list page, at most: its raw JSON is all a relist holds beyond the
 # model objects.  Each page costs the API server ~7 ms beyond its objects: 50,000
 # pods in pages of 500 took it ~2.2 s of CPU, in pages of 2,000 ~1.5 s
-# (bench/RESULTS.md, "Fewer, larger list pages").
+# (bench/history/RESULTS-until-2026-12-06.md, "Fewer, larger list pages").
 LIST_PAGE_SIZE = 2000
 # A page's size is aimed at PAGE_BYTES of raw JSON, from the bytes per object of
 # the page before; the first asks for FIRST_PAGE_SIZE.  Tenants' objects can be

@@ -153,8 +153,9 @@ MAX_TRACKED_OBJECTS = 50_000
 # write, as nothing reads Events to act.  A burst binds each of its pods with
 # a Scheduled Event of its own to follow, one write per binding: were they let
 # in 10 s after each binding, a burst longer than that would share the API
-# server with its own Events (bench/RESULTS.md, "Writes that can wait hold
-# off for a quiet moment").  At 400 bindings/s, 30 s hold ~12,000 of them.
+# server with its own Events (bench/history/RESULTS-until-2026-12-06.md,
+# "Writes that can wait hold off for a quiet moment").  At 400 bindings/s,
+# 30 s hold ~12,000 of them.
 EVENT_YIELD_SECONDS = 30.0
 
 
