@@ -55,8 +55,8 @@ from batchsched.core.model import (
 from batchsched.core.queues.model import QueueInfo, queue_from_json
 from batchsched.core.snapshot import Snapshot
 from batchsched.core.text import clip
+from batchsched.kube.client import ApiError, Kube
 from batchsched.shell import wire
-from batchsched.shell.kube import ApiError, Kube
 
 log = logging.getLogger(__name__)
 CHECKPOINT_CLOCK_SKEW_SECONDS = 60.0  # a checkpoint-time this far ahead of our clock is in the future

@@ -33,17 +33,16 @@ from batchsched.core.snapshot import Snapshot
 from batchsched.core.status import conditions_for, count_members, phase_of
 from batchsched.core.topology.accounting import topology_of
 from batchsched.core.topology.alignment import is_aligned
+from batchsched.kube.client import Kube
+from batchsched.kube.events import EventRecorder, node_ref, now_rfc3339, pod_ref
 from batchsched.shell.binder import Binder, BindRequest, BindResult
 from batchsched.shell.cache import ClusterCache
 from batchsched.shell.claims import ClaimError, ClaimWriter, ExplicitClaims, PodClaims, WrittenClaim
 from batchsched.shell.evictor import Evictor
-from batchsched.shell.kube import Kube
 from batchsched.shell.logs import decision
 from batchsched.shell.metrics import RESULT_SCHEDULED, RESULT_UNSCHEDULABLE, Metrics
 from batchsched.shell.pod_status import PodConditionWriter
-from batchsched.shell.status import (
-    EventRecorder, StatusWriter, group_ref, node_ref, now_rfc3339, pod_ref, queue_status_path,
-)
+from batchsched.shell.status import StatusWriter, group_ref, queue_status_path
 
 log = logging.getLogger(__name__)
 

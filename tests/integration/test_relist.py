@@ -10,9 +10,9 @@ import signal
 import pytest
 
 from batchsched.api import constants
+from batchsched.kube.client import Kube
 from batchsched.shell import cache as cache_module
 from batchsched.shell.cache import ClusterCache, Reflector
-from batchsched.shell.kube import Kube
 from tests.support.kube import wait_for
 from tests.support.metrics import sample
 from tests.support.objects import pod, pod_group

@@ -21,9 +21,9 @@ from batchsched.core.placement.gpus import REASON_DRA_NO_CLASS, static_reason
 from batchsched.core.model import TopologyPolicy
 from batchsched.core.topology.accounting import gpu_id_count
 from batchsched.core.topology.annotation import to_annotation
+from batchsched.kube.client import ApiError
 from batchsched.shell import cache as cache_module
 from batchsched.shell.cache import ClusterCache, Reflector
-from batchsched.shell.kube import ApiError
 from tests.support import dra
 from tests.unit.cache_support import relist
 from tests.unit.test_fuzz_hostile_input import json_values, quickly

@@ -390,7 +390,7 @@ def test_a_foreign_crd_not_installed_counts_as_empty_is_logged_once_and_is_read_
     import logging
 
     from batchsched.shell import cache as cache_module
-    from batchsched.shell.kube import ApiError
+    from batchsched.kube.client import ApiError
     from tests.unit.cache_support import PagedList
 
     class InstalledLater(PagedList):

@@ -7,7 +7,7 @@ import asyncio
 import dataclasses
 
 from batchsched.core.model import PodInfo, pod_from_json
-from batchsched.shell.kube import ApiError
+from batchsched.kube.client import ApiError
 from batchsched.shell.pod_status import PodConditionWriter
 from tests.unit.yield_support import BindingsInFlight
 
