@@ -26,7 +26,7 @@ from batchsched.core.placement.gpus import in_dra_terms, pick_gpus, static_reaso
 from batchsched.core.queues.book import REASON_QUEUE_AT_LIMIT, QueueBook, flows_said
 from batchsched.core.snapshot import Snapshot
 from batchsched.core.text import clip
-from batchsched.core.topology.accounting import GpuRoom, gpu_rooms
+from batchsched.core.topology.accounting import GpuRoom
 
 
 @dataclass
@@ -323,3 +323,10 @@ def _no_gpu_asked(pending: list) -> str:
 def _how_many(request: dict[str, int], free: dict[str, int]) -> int:
     counts = [free.get(k, 0) // v for k, v in request.items() if v > 0]
     return max(0, min(counts)) if counts else 0
+
+
+def gpu_rooms(snapshot: Snapshot) -> dict[str, GpuRoom]:
+    """The room of every node that has one.  (Here, beside its one user, so
+    that ``topology/accounting.py`` needs nothing of the snapshot.)"""
+    state = snapshot.cluster
+    return {name: room for name in snapshot.nodes if (room := state.room(name)) is not None}
