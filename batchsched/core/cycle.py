@@ -40,8 +40,8 @@ from batchsched.core.placement.fit import REASON_RESERVED, serves_through_extend
 from batchsched.core.queueing.lending import lent_pods, may_borrow
 from batchsched.core.queueing.queue import GangQueue, Reservation
 from batchsched.core.queueing.runtime import KILL_GRACE_SECONDS, expected_end, overran_hint, runtime_bound
-from batchsched.core.queues.book import (REASON_QUEUE_AT_LIMIT, REASON_QUEUE_BEYOND_FAIR_SHARE, Admission, QueueBook,
-                                        Reclaim, flows_said)
+from batchsched.core.queues.book import REASON_QUEUE_AT_LIMIT, REASON_QUEUE_BEYOND_FAIR_SHARE, Admission, QueueBook
+from batchsched.core.queues.reclaim import Reclaim, awaited_reclaim, flows_said, reclaim_for
 from batchsched.core.resources import Resources
 from batchsched.core.snapshot import Snapshot
 from batchsched.core.text import clip
@@ -353,7 +353,7 @@ def _try_gang(snapshot: Snapshot, gangs: GangIndex, key: str, queue: GangQueue, 
     if isinstance(result, PlanFailure):
         queue.record_failure(key, now)
         message = result.message
-        awaited = book.awaited_reclaim(key)
+        awaited = awaited_reclaim(book, key)
         if awaited:  # the room it was nominated to is still held by the queues it reclaims from
             message = f"Gang {key} is waiting for reclaim from {flows_said(awaited)}. {message}"
         if queue.reservation_expired(key):
@@ -377,7 +377,7 @@ def _try_gang(snapshot: Snapshot, gangs: GangIndex, key: str, queue: GangQueue, 
                 else:
                     said += _preempt(snapshot, gangs, gang, preemption, preemption_state, capacity,
                                      holds.going_for(key), off_limits, evicting, plan)
-            reclaim = book.reclaim_for(gang) if len(plan.nominations) == nominated_before else None
+            reclaim = reclaim_for(book, gang) if len(plan.nominations) == nominated_before else None
             if reclaim is not None:  # its queue takes back what it lent, whatever the victims' priority
                 reclaimed = _preempt(snapshot, gangs, gang, preemption, preemption_state, capacity,
                                      holds.going_for(key), off_limits, evicting, plan, reclaim)
