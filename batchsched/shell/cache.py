@@ -48,10 +48,8 @@ from batchsched.core.tracked import TrackedDict
 from batchsched.core import gangsources
 from batchsched.core.dra import model as dra
 from batchsched.core.gangsources import jobs, jobsets, native, schedulerplugins, volcano
-from batchsched.core.model import (
-    GroupSpec, NodeInfo, PodInfo, annotated_topology, group_from_json, node_from_json, pod_from_json, pod_with,
-    recorded_bindings,
-)
+from batchsched.core.model import GroupSpec, NodeInfo, PodInfo, annotated_topology, pod_with
+from batchsched.core.readers import group_from_json, node_from_json, pod_from_json, recorded_bindings
 from batchsched.core.queues.model import QueueInfo, queue_from_json
 from batchsched.core.snapshot import Snapshot
 from batchsched.core.text import clip

@@ -25,7 +25,8 @@ from batchsched.core.gangs import (
     foreign_pod_message, no_members_message,
 )
 from batchsched.core.gpu_pools import GpuPoolTally
-from batchsched.core.model import PodInfo, parse_time, recorded_bindings
+from batchsched.core.model import PodInfo
+from batchsched.core.readers import parse_time, recorded_bindings
 from batchsched.core.queueing.idle import idle_on
 from batchsched.core.queueing.queue import GangQueue, Reservation
 from batchsched.core.queues.report import QueueSummary, summarize

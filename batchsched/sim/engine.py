@@ -43,7 +43,8 @@ from batchsched.core.cycle import CyclePlan
 from batchsched.core.dra.extended import ExtendedClaim
 from batchsched.core.dra.model import ResourceClaim
 from batchsched.core.gpu_pools import stranded_gpus
-from batchsched.core.model import GroupSpec, NodeInfo, PodInfo, group_from_json, pod_from_json, pod_with
+from batchsched.core.model import GroupSpec, NodeInfo, PodInfo, pod_with
+from batchsched.core.readers import group_from_json, pod_from_json
 from batchsched.core.preemption.plan import lost_work
 from batchsched.core.queues.model import QueueInfo
 from batchsched.core.resources import Resources

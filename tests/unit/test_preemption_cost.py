@@ -10,7 +10,7 @@ import pytest
 
 from batchsched.api.constants import CHECKPOINT_TIME_ANNOTATION
 from batchsched.config import SchedulerConfig
-from batchsched.core.model import pod_from_json
+from batchsched.core.readers import pod_from_json
 from batchsched.core.preemption.plan import lost_work
 from batchsched.core.preemption.policy import EvictionLog, PreemptionPolicy, PreemptionState
 from tests.unit.helpers import T0, gang_pods, group, node, pod, snapshot

@@ -9,7 +9,8 @@ from batchsched.api import constants
 from batchsched.core.config import CoreConfig
 from batchsched.core.cycle import schedule_cycle
 from batchsched.core.explain import explain_gang, gpu_rooms
-from batchsched.core.model import GroupSpec, TopologyPolicy, group_from_json
+from batchsched.core.model import GroupSpec, TopologyPolicy
+from batchsched.core.readers import group_from_json
 from batchsched.core.placement.gpus import REASON_NO_NUMA_FIT, REASON_NO_NVLINK_SET, REASON_SHARED_GPUS
 from batchsched.core.queueing.queue import GangQueue
 from batchsched.core.topology.accounting import numa_capacity, room_of

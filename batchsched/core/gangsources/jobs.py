@@ -16,7 +16,8 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from batchsched.core.gangsources import JOB, MAX_TOTAL_COUNT
-from batchsched.core.model import GroupSpec, parse_time
+from batchsched.core.model import GroupSpec
+from batchsched.core.readers import parse_time
 
 MAX_INT64 = 2**63 - 1
 

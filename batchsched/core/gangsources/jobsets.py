@@ -28,7 +28,8 @@ from typing import Any, Iterable, Mapping
 
 from batchsched.core.gangsources import JOBSET, MAX_TOTAL_COUNT
 from batchsched.core.gangsources.jobs import deadline_seconds
-from batchsched.core.model import GroupSpec, PodInfo, parse_time
+from batchsched.core.model import GroupSpec, PodInfo
+from batchsched.core.readers import parse_time
 
 REPLICATED_JOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
 MAX_REPLICATED_JOBS = 64

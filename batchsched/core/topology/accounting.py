@@ -32,7 +32,8 @@ from typing import Callable, Iterable, Mapping
 from batchsched.api import constants
 from batchsched.core import resources as res
 from batchsched.core.dra.inventory import DraGpu
-from batchsched.core.model import MAX_GPU_ID, NodeInfo, PodInfo, gpu_replicas, has_mig_devices
+from batchsched.core.model import NodeInfo, PodInfo, gpu_replicas, has_mig_devices
+from batchsched.core.readers import MAX_GPU_ID
 from batchsched.core.resources import Resources
 from batchsched.core.topology.choose import mask_of
 from batchsched.core.topology.model import GpuTopology
