@@ -26,7 +26,7 @@ from batchsched.core.queues.share import Claimant, divide, dominant_share, fair_
 from batchsched.core.resources import Resources
 from batchsched.core.snapshot import Snapshot
 from batchsched.core.tracked import TrackedDict
-from batchsched.shell import cache as cache_module
+from batchsched.shell import reflector as reflector_module
 from batchsched.shell.cache import ClusterCache
 from batchsched.shell.metrics import Metrics
 from batchsched.shell.scheduler import _with_removals
@@ -411,7 +411,7 @@ def test_a_queue_change_retries_every_waiting_gang_and_a_deletion_forgets_it():
 
 
 def test_without_the_queue_crd_the_reflector_runs_empty_and_looks_again(monkeypatch):
-    monkeypatch.setattr(cache_module, "ABSENT_RECHECK_SECONDS", 0.01)
+    monkeypatch.setattr(reflector_module, "ABSENT_RECHECK_SECONDS", 0.01)
     cache = ClusterCache("batchsched")
     relist(cache, "queues", [queue_json("team-a")])
     reflector = next(r for r in cache.reflectors(NotServed(404)) if r.kind == "queues")
