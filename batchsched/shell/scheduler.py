@@ -11,27 +11,26 @@ from typing import Callable
 from urllib.parse import quote
 
 from batchsched.api import constants
-from batchsched.api.podgroup import Condition, PodGroupStatus
 from batchsched.config import SchedulerConfig
 from batchsched.core.cluster import ClusterState
 from batchsched.core.cycle import (
     REASON_EXCEEDS_CAPACITY, REASON_QUORUM_NOT_REACHED, REASON_SCHEDULE_TIMEOUT, REASON_UNSCHEDULABLE, CyclePlan,
     Verdict, schedule_cycle,
 )
-from batchsched.core.gangsources import NATIVE, OWN, SCHEDULER_PLUGINS, SOURCES, VOLCANO, source_of_key
-from batchsched.core.gangsources import jobsets, native, schedulerplugins, volcano
+from batchsched.core.gangsources import OWN, SOURCES, jobsets, source_of_key
+from batchsched.core.gangsources.plugin import StatusFacts
+from batchsched.core.gangsources.registry import PLUGINS
 from batchsched.core.gangs import (
-    REASON_FOREIGN_MEMBERS, bindings_to_record, effective_priority, foreign_members, foreign_note,
-    foreign_pod_message, no_members_message,
+    REASON_FOREIGN_MEMBERS, foreign_members, foreign_note, foreign_pod_message, no_members_message,
 )
 from batchsched.core.gpu_pools import GpuPoolTally
 from batchsched.core.model import PodInfo
-from batchsched.core.readers import parse_time, recorded_bindings
+from batchsched.core.readers import parse_time
 from batchsched.core.queueing.idle import idle_on
 from batchsched.core.queueing.queue import GangQueue, Reservation
 from batchsched.core.queues.report import QueueSummary, summarize
 from batchsched.core.snapshot import Snapshot
-from batchsched.core.status import conditions_for, count_members, phase_of
+from batchsched.core.status import count_members, phase_of
 from batchsched.core.topology.accounting import topology_of
 from batchsched.core.topology.alignment import is_aligned
 from batchsched.kube.client import Kube
@@ -487,32 +486,11 @@ class Scheduler:
             reason, message = "", ""
         if phase != "Pending" or counters.bound:
             self.start_times.setdefault(key, now_rfc3339())
-        source = source_of_key(key)
-        if source == SCHEDULER_PLUGINS:
-            self.status.update(key, schedulerplugins.status(phase, counters, min_member, self.start_times.get(key)))
-            return
-        if source == VOLCANO:
-            self.status.update(key, volcano.status(phase, counters, reason, message))
-            return
-        if source == NATIVE:
-            self.status.update(key, native.status(phase, reason, message, self.status.last_written(key),
-                                                  now_rfc3339()))
-            return
-        status = PodGroupStatus(
-            phase=phase, observed_generation=obj["metadata"].get("generation", 0),
-            bound=counters.bound, running=counters.running, succeeded=counters.succeeded, failed=counters.failed,
-            pending=counters.pending, elastic=max(0, counters.bound - min_member),
-            priority=effective_priority(spec, members) if spec and members else None,
-            conditions=[Condition.model_validate(c) for c in conditions_for(phase, reason, message)],
-            schedule_start_time=self.start_times.get(key),
-            # what a restart believes of who bound the members (docs/binding.md)
-            bound_by_scheduler=bindings_to_record(members, recorded_bindings(obj)) or None)
-        written = status.to_json()
-        last = self.status.last_written(key) or {}
-        for field in ("priority", "boundByScheduler"):
-            if field not in written and field in last:
-                written[field] = None  # a merge patch removes a field only when told so
-        self.status.update(key, written)
+        status = PLUGINS[source_of_key(key)].status(StatusFacts(
+            phase, counters, min_member, reason, message, self.start_times.get(key), self.status.last_written(key),
+            now_rfc3339(), obj, spec, members))
+        if status is not None:
+            self.status.update(key, status)
 
     def _bad_object(self, kind: str, obj: dict, why: str) -> None:
         """Found while syncing, maybe as a standby that may not write yet:

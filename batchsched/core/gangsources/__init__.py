@@ -43,8 +43,10 @@ made the pods, which says least about what the user asked, so any explicit
 grouping on the same pods wins.  Among them the JobSet comes before the Job:
 a JobSet's pods are also its Jobs' pods, and the JobSet is the whole job.
 
-This module only names things and reads pods; each foreign source's
-PodGroup is read (and its status written) by its own module here.
+This module only names things and reads pods; each source's objects are
+read (and its PodGroup's status written) by its own module here, whose
+plugin (``plugin.py``: reader, status writer, RBAC needs) is one line of
+``registry.py``.
 """
 from __future__ import annotations
 

@@ -5,13 +5,12 @@ why, alone."""
 from __future__ import annotations
 
 import logging
-from typing import Callable
 
 from batchsched.api import constants
 from batchsched.core import gangsources
-from batchsched.core.gangsources import jobs, jobsets, native, schedulerplugins, volcano
+from batchsched.core.gangsources.registry import PLUGINS
 from batchsched.core.model import GroupSpec
-from batchsched.core.readers import group_from_json, recorded_bindings
+from batchsched.core.readers import recorded_bindings
 from batchsched.core.text import clip
 from batchsched.shell.handlers import MAX_PROBLEM_LENGTH
 
@@ -26,7 +25,7 @@ class GroupHandlers:
         old_spec, old_why = self.groups.pop(key, None), self.invalid_groups.pop(key, None)
         source = gangsources.source_of_key(key)
         try:
-            spec = _GROUP_READERS[source](obj, self._group_priority(source, obj))
+            spec = PLUGINS[source].read(obj, self._group_priority(source, obj))
         except Exception as exc:  # noqa: BLE001 - whatever it holds, only this PodGroup is refused
             why = str(exc) if isinstance(exc, (ValueError, TypeError)) else f"{type(exc).__name__}: {exc}"
             why = clip(why, MAX_PROBLEM_LENGTH)
@@ -44,7 +43,7 @@ class GroupHandlers:
     def _group_priority(self, source: str, obj: dict) -> int | None:
         """The value of the PriorityClass the PodGroup names (None: it names
         none); ValueError when that class does not exist."""
-        if source == gangsources.SCHEDULER_PLUGINS:
+        if not PLUGINS[source].names_priority_class:
             return None  # its PodGroup has no priorityClassName: the members' priority holds
         spec = obj.get("spec")
         class_name = spec.get("priorityClassName") if isinstance(spec, dict) else None
@@ -127,7 +126,7 @@ class GroupHandlers:
         meta = obj.get("metadata") or {}
         namespace, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
         try:
-            spec = _OWNER_READERS[source](obj)
+            spec = PLUGINS[source].read(obj, None)
         except Exception as exc:  # noqa: BLE001 - whatever it holds, only this owner's gang is refused
             why = str(exc) if isinstance(exc, ValueError) else f"{type(exc).__name__}: {exc}"
             spec = clip(why, MAX_PROBLEM_LENGTH)
@@ -180,19 +179,3 @@ class GroupHandlers:
 def foreign_kind(source: str) -> str:
     """A foreign source's PodGroups as a collection is named (logs, metrics, /readyz)."""
     return f"podgroups.{gangsources.SOURCES[source].api_group}"
-
-
-# source -> (PodGroup JSON, its PriorityClass's value or None) -> GroupSpec; raises ValueError
-_GROUP_READERS: dict[str, Callable[[dict, int | None], GroupSpec]] = {
-    gangsources.OWN: group_from_json,
-    gangsources.SCHEDULER_PLUGINS: lambda obj, priority: schedulerplugins.group_from_json(obj),
-    gangsources.VOLCANO: volcano.group_from_json,
-    gangsources.NATIVE: native.group_from_json,
-}
-
-
-# source -> owner JSON -> its automatic gang's spec (None: no gang); raises ValueError
-_OWNER_READERS: dict[str, Callable[[dict], GroupSpec | None]] = {
-    gangsources.JOB: jobs.group_from_json,
-    gangsources.JOBSET: jobsets.group_from_json,
-}
