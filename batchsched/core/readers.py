@@ -89,11 +89,6 @@ def pod_requests(spec: Mapping[str, Any]) -> Resources:
 _toleration = functools.lru_cache(maxsize=1024)(Toleration)
 
 
-def _task(annotations: Mapping[str, Any]) -> str:
-    task = annotations.get(gangsources.VOLCANO_TASK_ANNOTATION)
-    return task if isinstance(task, str) and len(task) <= gangsources.MAX_GROUP_NAME else ""
-
-
 def pod_from_json(obj: Mapping[str, Any], gang_sources: frozenset[str] = frozenset({gangsources.OWN}),
                   auto_always: frozenset[str] = frozenset()) -> PodInfo:
     """``gang_sources``: the enabled gang sources, read in their precedence;
@@ -131,7 +126,7 @@ def pod_from_json(obj: Mapping[str, Any], gang_sources: frozenset[str] = frozens
         group=group,
         group_source="" if group_source == gangsources.OWN else group_source,
         group_total=gangsources.stated_count(group_source, annotations) if group else 0,
-        task=_task(annotations) if group_source == gangsources.VOLCANO else "",
+        task=gangsources.stated_task(group_source, annotations) if group else "",
         node_selector=dict(spec.get("nodeSelector") or {}),
         affinity_terms=terms,
         tolerations=tolerations,

@@ -56,3 +56,18 @@ def test_the_check_finds_a_need_the_role_does_not_grant():
                "verbs": ["get"]}]
     assert ungranted((Rule("coordination.k8s.io", "leases", ("get",)),), leader) == \
         [("coordination.k8s.io", "leases", "get")]
+
+
+def test_a_pod_s_task_is_read_only_for_a_source_that_names_one():
+    from batchsched.core.readers import pod_from_json
+
+    annotations = {gangsources.VOLCANO_TASK_ANNOTATION: "workers", "scheduling.k8s.io/group-name": "g"}
+    pod = {"metadata": {"name": "p", "namespace": "ns", "uid": "u", "annotations": annotations,
+                        "labels": {"scheduling.x-k8s.io/pod-group": "g"}}, "spec": {}}
+    enabled = frozenset({gangsources.OWN, gangsources.SCHEDULER_PLUGINS, gangsources.VOLCANO})
+    assert pod_from_json(pod, enabled).group_source == gangsources.SCHEDULER_PLUGINS  # it comes first
+    assert pod_from_json(pod, enabled).task == ""
+    volcano_only = frozenset({gangsources.OWN, gangsources.VOLCANO})
+    assert (pod_from_json(pod, volcano_only).group_source, pod_from_json(pod, volcano_only).task) == \
+        (gangsources.VOLCANO, "workers")
+    assert [name for name, source in gangsources.SOURCES.items() if source.task_annotation] == [gangsources.VOLCANO]
