@@ -25,6 +25,7 @@ from batchsched.core.config import CoreConfig
 from batchsched.core.gangs import Gang, GangChanges, GangIndex, GangProblem
 from batchsched.core.model import PodInfo
 from batchsched.core.placement.gang import Assignment
+from batchsched.core.queueing.order import queue_rank
 from batchsched.core.queues.model import QueueInfo
 from batchsched.core.queues.share import dominant_share, fair_shares
 from batchsched.core.resources import Resources
@@ -93,7 +94,7 @@ class QueueBook:
         self.parents = {q.parent for q in self.queues.values() if q.parent}
         self._usage: dict[str, _Usage] = {}
         self._nodes_by_type: dict[str, list[str]] | None = None
-        self._ranks: dict[str, tuple[bool, float, str]] = {}  # by queue, until it gains a gang
+        self._ranks: dict[str, tuple] = {}  # by queue (queueing/order.py), until it gains a gang
         self._charged_now: set[str] = set()  # queues this cycle placed gangs of
         self._fair: dict[str, dict[str, Fraction]] | None = None
         self._flight: tuple[dict[str, Resources], dict[str, dict[str, Resources]]] | None = None
@@ -332,8 +333,9 @@ class QueueBook:
                 heapq.heappush(turns, (self.order_key(name), name))
 
     def order_key(self, name: str) -> tuple:
-        """Queues below their guaranteed first, then by weighted dominant
-        share, then by name; a child ranks first by its parent's key."""
+        """Queues by ``QUEUE_ORDER`` (queueing/order.py: below their
+        guarantee first, then by weighted dominant share), then by name; a
+        child ranks first by its parent's key."""
         own = self._rank(name)
         info = self.queues.get(name)
         return (self._rank(info.parent), own) if info is not None and info.parent in self.queues else (own, own)
@@ -349,12 +351,15 @@ class QueueBook:
         """The queues that hold something (or held, this cycle)."""
         return self._usage.keys()
 
-    def _rank(self, name: str) -> tuple[bool, float, str]:
+    def below_guarantee(self, name: str) -> bool:
+        """The queue holds less than it is guaranteed of some resource."""
+        info = self.queues.get(name, QueueInfo(name))
+        held = self._usage.get(name, _Usage()).amounts
+        return any(held.get(r, 0) < amount for r, amount in info.guaranteed().items() if amount > 0)
+
+    def _rank(self, name: str) -> tuple:
         if name not in self._ranks:
-            info = self.queues.get(name, QueueInfo(name))
-            held = self._usage.get(name, _Usage()).amounts
-            below = any(held.get(r, 0) < amount for r, amount in info.guaranteed().items() if amount > 0)
-            self._ranks[name] = (not below, self.share(name), name)
+            self._ranks[name] = queue_rank(self, name)
         return self._ranks[name]
 
     # -- counting -------------------------------------------------------------
