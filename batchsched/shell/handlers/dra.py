@@ -17,6 +17,8 @@ CLAIMS_ABSENT_EFFECT = "no DRA GPU counts as free until they can be read"
 
 
 class DraHandlers:
+    """The cache's DRA objects (its ``state``; ``_dra_listed``: the kinds listed so far)."""
+
     def _dra_entry(self, kind: str) -> Callable[[dict], tuple[str, Any] | None]:
         """A listed or changed DRA object.  One that does not convert is
         reported; what of it is read all the same (a claim's allocation) is

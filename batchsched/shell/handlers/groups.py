@@ -18,6 +18,9 @@ log = logging.getLogger(__name__)
 
 
 class GroupHandlers:
+    """The cache's PodGroups, PriorityClasses and gang-sizing owners (``groups_raw``,
+    ``groups``, ``invalid_groups``, ``priority_classes``, ``owner_refs``)."""
+
     def _convert_group(self, key: str, obj: dict) -> None:
         """(Re)convert one PodGroup of any source; its gang is touched, and a
         problem reported, only when what the core sees of it changed (a

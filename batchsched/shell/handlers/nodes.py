@@ -13,6 +13,8 @@ log = logging.getLogger(__name__)
 
 
 class NodeHandlers:
+    """The cache's nodes (its ``state``, ``node_selector``, ``topology_reported``)."""
+
     def _selected(self, obj: dict) -> bool:
         labels = (obj.get("metadata") or {}).get("labels") or {}
         return all(labels.get(k) == v for k, v in self.node_selector.items())

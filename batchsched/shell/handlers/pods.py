@@ -15,6 +15,8 @@ CHECKPOINT_CLOCK_SKEW_SECONDS = 60.0  # a checkpoint-time this far ahead of our 
 
 
 class PodHandlers:
+    """The cache's pods (its ``state``, ``assumed``, ``witnessed``, ``touched_gangs``)."""
+
     def _parse_pod(self, obj: dict) -> PodInfo | None:
         try:
             pod = pod_from_json(obj, self.gang_sources, self.auto_always)

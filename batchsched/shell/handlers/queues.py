@@ -12,6 +12,8 @@ log = logging.getLogger(__name__)
 
 
 class QueueHandlers:
+    """The cache's Queues (``queues_raw``, ``queues``, ``invalid_queues``)."""
+
     @staticmethod
     def _queue_entry(obj: dict) -> tuple[str, dict]:
         return str((obj.get("metadata") or {}).get("name", "")), obj
