@@ -235,7 +235,7 @@ def _fits_one_pod(gangs: Mapping[str, Gang], rooms: Callable[[], list[Resources]
     def fits(pod: PodInfo) -> bool:
         shape = shape_key(pod)
         if shape not in fits_by_shape:
-            fits_by_shape[shape] = any(not res.fits(pod.requests, room) for room in known())
+            fits_by_shape[shape] = any(not res.shortfall(pod.requests, room) for room in known())
         return fits_by_shape[shape]
 
     known = functools.cache(rooms)
@@ -254,7 +254,7 @@ def _room_taken_before_its_turn(snapshot: Snapshot, gangs: Mapping[str, Gang], g
     node frees, the gangs woken by it do not all fail there in turn."""
     if not queue.woken_by_freed(gang.key, snapshot.now) or not gang.need or gang.key in holds.claims:
         return False
-    if preemption.enabled and (book.active or not preemption.may_preempt(gang.spec, gang.priority, gang.members)):
+    if preemption.enabled and (book.active or not preemption.why_not_preempt(gang.spec, gang.priority, gang.members)):
         return False
     reserved = queue.reserved_against(gang.key)
     if reserved and (_one_pod_backfills(snapshot, gang, queue.reservation) or (
@@ -703,7 +703,7 @@ def _ready_at(snapshot: Snapshot, quorum: Collection[Assignment], draining: Drai
         ends = [(draining.end(p, snapshot.now), p) for p in cluster.bound_pods(name)
                 if p.holds_resources and draining(p)]
         for end, pod in sorted(ends, key=lambda e: (math.inf if e[0] is None else e[0], e[1].uid)):
-            if not res.fits(request, free):
+            if not res.shortfall(request, free):
                 break
             if end is None:
                 return None

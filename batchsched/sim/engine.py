@@ -134,7 +134,7 @@ class SimCluster:
         pod = self.pods.get(uid)
         if pod is None or pod.node_name or uid not in self.pending:
             raise SimulationError(f"pod {uid} is not pending and cannot be bound")
-        short = res.fits(pod.requests, self.free[node_name])
+        short = res.shortfall(pod.requests, self.free[node_name])
         if short:
             raise SimulationError(f"pod {pod.key} does not fit on {node_name}: short of {', '.join(short)}")
         gpus, ids = pod.requests.get(constants.GPU_RESOURCE, 0), mask_of(gpu_ids)

@@ -149,11 +149,11 @@ class QueueBook:
         chain = self._chain(name)
         headroom = self._headroom(chain)
         demand = self._demand(gang)
-        if not headroom or not res.fits({r: demand.total.get(r, 0) for r in headroom}, headroom):
+        if not headroom or not res.shortfall({r: demand.total.get(r, 0) for r in headroom}, headroom):
             return Admission(name, pods, excluded=self._excluded(chain, demand.smallest_gpus))
         limited = tuple(sorted(headroom))
         ordered, minimum = demand.smallest_first(limited), demand.minimum(limited)
-        if res.fits({r: minimum.get(r, 0) for r in headroom}, headroom):
+        if res.shortfall({r: minimum.get(r, 0) for r in headroom}, headroom):
             return self.shortfall(name, minimum, {}, gang)
         taken, rest = _within(ordered, headroom)
         if len(taken) < gang.need:  # several resources limited: what fits alone may not fit together
@@ -494,7 +494,7 @@ def _within(ordered: Sequence[PodInfo], room: Mapping[str, int]) -> tuple[list[P
     taken, rest, left = [], [], dict(room)
     for pod in ordered:
         asked = {r: a for r, a in pod.requests.items() if r in left}
-        if res.fits(asked, left):
+        if res.shortfall(asked, left):
             rest.append(pod)
         else:
             taken.append(pod)
