@@ -8,7 +8,7 @@ the binder is ready" to "the API server has every pod bound" (seen on a
 watch, i.e. at binding, not at Running):
 
 (a) null binder: binds pod i to node i mod N through batchsched's own client
-    stack (shell.kube.Kube.bind, same parallelism), no decisions: the ceiling;
+    stack (kube.client.Kube.bind, same parallelism), no decisions: the ceiling;
 (b) batchsched (`batchsched run` as its own process), pods in gangs;
 (c) the harness's kube-scheduler on plain pods, once with client QPS/burst
     5000 (no client limit, like ours) and once with its defaults.
@@ -56,7 +56,7 @@ import localcluster  # noqa: E402
 import yaml  # noqa: E402
 
 from batchsched.api import constants  # noqa: E402
-from batchsched.shell.kube import Kube  # noqa: E402
+from batchsched.kube.client import Kube  # noqa: E402
 
 GPU = constants.GPU_RESOURCE
 PROFILE_DIR: Path | None = None  # --profile: where batchsched's cProfile output goes

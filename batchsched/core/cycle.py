@@ -40,8 +40,8 @@ from batchsched.core.placement.fit import REASON_RESERVED, serves_through_extend
 from batchsched.core.queueing.lending import lent_pods, may_borrow
 from batchsched.core.queueing.queue import GangQueue, Reservation
 from batchsched.core.queueing.runtime import KILL_GRACE_SECONDS, expected_end, overran_hint, runtime_bound
-from batchsched.core.queues.book import (REASON_QUEUE_AT_LIMIT, REASON_QUEUE_BEYOND_FAIR_SHARE, Admission, QueueBook,
-                                        Reclaim, flows_said)
+from batchsched.core.queues.book import REASON_QUEUE_AT_LIMIT, REASON_QUEUE_BEYOND_FAIR_SHARE, Admission, QueueBook
+from batchsched.core.queues.reclaim import Reclaim, awaited_reclaim, flows_said, reclaim_for
 from batchsched.core.resources import Resources
 from batchsched.core.snapshot import Snapshot
 from batchsched.core.text import clip
@@ -235,7 +235,7 @@ def _fits_one_pod(gangs: Mapping[str, Gang], rooms: Callable[[], list[Resources]
     def fits(pod: PodInfo) -> bool:
         shape = shape_key(pod)
         if shape not in fits_by_shape:
-            fits_by_shape[shape] = any(not res.fits(pod.requests, room) for room in known())
+            fits_by_shape[shape] = any(not res.shortfall(pod.requests, room) for room in known())
         return fits_by_shape[shape]
 
     known = functools.cache(rooms)
@@ -254,7 +254,7 @@ def _room_taken_before_its_turn(snapshot: Snapshot, gangs: Mapping[str, Gang], g
     node frees, the gangs woken by it do not all fail there in turn."""
     if not queue.woken_by_freed(gang.key, snapshot.now) or not gang.need or gang.key in holds.claims:
         return False
-    if preemption.enabled and (book.active or not preemption.may_preempt(gang.spec, gang.priority, gang.members)):
+    if preemption.enabled and (book.active or not preemption.why_not_preempt(gang.spec, gang.priority, gang.members)):
         return False
     reserved = queue.reserved_against(gang.key)
     if reserved and (_one_pod_backfills(snapshot, gang, queue.reservation) or (
@@ -353,7 +353,7 @@ def _try_gang(snapshot: Snapshot, gangs: GangIndex, key: str, queue: GangQueue, 
     if isinstance(result, PlanFailure):
         queue.record_failure(key, now)
         message = result.message
-        awaited = book.awaited_reclaim(key)
+        awaited = awaited_reclaim(book, key)
         if awaited:  # the room it was nominated to is still held by the queues it reclaims from
             message = f"Gang {key} is waiting for reclaim from {flows_said(awaited)}. {message}"
         if queue.reservation_expired(key):
@@ -377,7 +377,7 @@ def _try_gang(snapshot: Snapshot, gangs: GangIndex, key: str, queue: GangQueue, 
                 else:
                     said += _preempt(snapshot, gangs, gang, preemption, preemption_state, capacity,
                                      holds.going_for(key), off_limits, evicting, plan)
-            reclaim = book.reclaim_for(gang) if len(plan.nominations) == nominated_before else None
+            reclaim = reclaim_for(book, gang) if len(plan.nominations) == nominated_before else None
             if reclaim is not None:  # its queue takes back what it lent, whatever the victims' priority
                 reclaimed = _preempt(snapshot, gangs, gang, preemption, preemption_state, capacity,
                                      holds.going_for(key), off_limits, evicting, plan, reclaim)
@@ -703,7 +703,7 @@ def _ready_at(snapshot: Snapshot, quorum: Collection[Assignment], draining: Drai
         ends = [(draining.end(p, snapshot.now), p) for p in cluster.bound_pods(name)
                 if p.holds_resources and draining(p)]
         for end, pod in sorted(ends, key=lambda e: (math.inf if e[0] is None else e[0], e[1].uid)):
-            if not res.fits(request, free):
+            if not res.shortfall(request, free):
                 break
             if end is None:
                 return None

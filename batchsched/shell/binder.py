@@ -36,7 +36,7 @@ import aiohttp
 from batchsched.api import constants
 from batchsched.core.dra.claims import ClaimAllocation
 from batchsched.core.dra.extended import ExtendedClaim
-from batchsched.shell.kube import ApiError, Kube
+from batchsched.kube.client import ApiError, Kube
 
 log = logging.getLogger(__name__)
 

@@ -164,7 +164,7 @@ class CountOnlyScheduler:
         for name in self._filter.evaluate(pod).feasible:  # sorted by name
             free = trial.free(name)
             if (name in self._off_limits or free.get(constants.GPU_RESOURCE, 0) < gpus
-                    or res.fits(pod.requests, free)):
+                    or res.shortfall(pod.requests, free)):
                 continue
             if self.node_rule == FIRST_FIT:
                 return name
@@ -267,7 +267,7 @@ class PreemptingScheduler(CountOnlyScheduler):
         for gang in gangs:
             if self._try(cluster, gang, trial, plan) is not None or not self.policy.enabled:
                 continue
-            if gang.key in self._victims_of or self.policy.may_preempt(gang.spec, gang.priority, gang.members):
+            if gang.key in self._victims_of or self.policy.why_not_preempt(gang.spec, gang.priority, gang.members):
                 continue
             if candidates is None:
                 candidates = self._candidates(cluster, to_unix(now))
@@ -329,13 +329,13 @@ class PreemptingScheduler(CountOnlyScheduler):
                 room = res.subtract(res.add(trial.free(node), freed.get(node, {})), used.get(node, {}))
                 extra = []
                 for unit in on_node.get(node, ()):
-                    if not res.fits(pod.requests, room):
+                    if not res.shortfall(pod.requests, room):
                         break
                     new = [p for p in unit if p.uid not in victims]
                     if new:
                         extra.extend(new)
                         room = res.add(room, _requests_on(node, new))
-                if res.fits(pod.requests, room):
+                if res.shortfall(pod.requests, room):
                     continue
                 for victim in extra:
                     victims[victim.uid] = victim
@@ -369,7 +369,7 @@ class PreemptingScheduler(CountOnlyScheduler):
         for pod in quorum:
             for node in self._by_fullness(pod, trial):
                 room = res.subtract(res.add(trial.free(node), freed.get(node, {})), used.get(node, {}))
-                if not res.fits(pod.requests, room):
+                if not res.shortfall(pod.requests, room):
                     used[node] = res.add(used.get(node, {}), pod.requests)
                     break
             else:

@@ -11,9 +11,10 @@ import pytest
 
 from batchsched.api import constants
 from batchsched.core.model import pod_with
-from batchsched.shell import cache as cache_module
-from batchsched.shell.cache import ClusterCache, Reflector
-from batchsched.shell.kube import Kube
+from batchsched.kube.client import Kube
+from batchsched.shell import reflector as reflector_module
+from batchsched.shell.cache import ClusterCache
+from batchsched.shell.reflector import Reflector
 from tests.support.kube import wait_for
 from tests.support.metrics import sample
 from tests.support.objects import pod, pod_group
@@ -140,8 +141,8 @@ def test_a_page_of_large_objects_holds_fewer_of_them(env, monkeypatch, scheduler
         body = pod(f"big-{i}", ns)
         body["metadata"]["annotations"] = {"note": "x" * 100_000}  # the API server allows 256 KiB
         env.create(body)
-    monkeypatch.setattr(cache_module, "FIRST_PAGE_SIZE", 2)
-    monkeypatch.setattr(cache_module, "PAGE_BYTES", 350_000)
+    monkeypatch.setattr(reflector_module, "FIRST_PAGE_SIZE", 2)
+    monkeypatch.setattr(reflector_module, "PAGE_BYTES", 350_000)
 
     async def scenario():
         kube = await Kube.connect(scheduler_kubeconfig)
