@@ -35,7 +35,7 @@ async def _explain(args: argparse.Namespace) -> int:
     from batchsched.config import load_config
     from batchsched.core.explain import explain_gang, explain_waiting, gang_key_for
     from batchsched.shell.cache import ClusterCache
-    from batchsched.shell.kube import ApiError, Kube, resolve_target
+    from batchsched.kube.client import ApiError, Kube, resolve_target
 
     # the cache warns once about each bad object it lists; say the line is ours
     logging.basicConfig(level=logging.WARNING, format="batchsched: %(levelname)s: %(message)s", force=True)

@@ -52,7 +52,7 @@ def _group(name: str, min_member: int) -> dict:
 
 
 async def _scenario(kubeconfig: str) -> int:
-    from batchsched.shell.kube import Kube
+    from batchsched.kube.client import Kube
     from batchsched.shell.scheduler import Scheduler
 
     kube = await Kube.connect(kubeconfig)

@@ -8,7 +8,7 @@ the binder is ready" to "the API server has every pod bound" (seen on a
 watch, i.e. at binding, not at Running):
 
 (a) null binder: binds pod i to node i mod N through batchsched's own client
-    stack (shell.kube.Kube.bind, same parallelism), no decisions: the ceiling;
+    stack (kube.client.Kube.bind, same parallelism), no decisions: the ceiling;
 (b) batchsched (`batchsched run` as its own process), pods in gangs;
 (c) the harness's kube-scheduler on plain pods, once with client QPS/burst
     5000 (no client limit, like ours) and once with its defaults.
@@ -56,7 +56,7 @@ import localcluster  # noqa: E402
 import yaml  # noqa: E402
 
 from batchsched.api import constants  # noqa: E402
-from batchsched.shell.kube import Kube  # noqa: E402
+from batchsched.kube.client import Kube  # noqa: E402
 
 GPU = constants.GPU_RESOURCE
 PROFILE_DIR: Path | None = None  # --profile: where batchsched's cProfile output goes
@@ -232,8 +232,8 @@ def as_installed(tree: Path) -> None:
     ``pip install`` (the image's) writes every module's .pyc; a checkout has
     none, and with PYTHONDONTWRITEBYTECODE set (as on our machines) every
     start from it compiles ~75 modules from source again (~0.1 s of
-    CPU: bench/RESULTS.md, "Fewer, larger list pages; starts timed as
-    installed").  Modules already compiled are skipped.
+    CPU: bench/history/RESULTS-until-2026-12-06.md, "Fewer, larger list
+    pages; starts timed as installed").  Modules already compiled are skipped.
     """
     if not compileall.compile_dir(tree / "batchsched", quiet=1):
         raise RuntimeError(f"{tree}/batchsched does not compile")
@@ -360,8 +360,8 @@ async def main_async(args) -> None:
         async def nodes_of(pool: str, pods: int = args.pods) -> AsyncIterator[None]:
             """The pool's nodes while its contender runs and kwok starts its
             ``pods``, then deleted: kwok renews a Lease for every node it
-            keeps, at a cost to the API server and etcd (bench/RESULTS.md,
-            "One pool's nodes at a time")."""
+            keeps, at a cost to the API server and etcd
+            (bench/history/RESULTS-until-2026-12-06.md, "One pool's nodes at a time")."""
             await create_many(kube, "/api/v1/nodes", [node_body(n, pool) for n in node_names[pool]])
             await asyncio.sleep(2)
             try:

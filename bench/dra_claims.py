@@ -32,7 +32,7 @@ from controlplane import (  # noqa: E402
 from batchsched.api import constants  # noqa: E402
 from batchsched.core.topology.annotation import to_annotation  # noqa: E402
 from batchsched.core.topology.parse import parse_topo  # noqa: E402
-from batchsched.shell.kube import Kube  # noqa: E402
+from batchsched.kube.client import Kube  # noqa: E402
 from tests.support import dra  # noqa: E402
 
 DGX1 = ROOT / "tests" / "fixtures" / "topologies" / "dgx1-hybrid-cube-mesh-8gpu.txt"

@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import controlplane as cp  # noqa: E402  (shares the cluster helpers)
 
 from batchsched.api import constants  # noqa: E402
-from batchsched.shell.kube import Kube  # noqa: E402
+from batchsched.kube.client import Kube  # noqa: E402
 
 POOL = "restart"
 KINDS = ("priorityclasses", "nodes", "podgroups", "pods")

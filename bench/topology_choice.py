@@ -58,7 +58,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from batchsched.api import constants  # noqa: E402
-from batchsched.core.model import PodInfo, TopologyPolicy, node_from_json  # noqa: E402
+from batchsched.core.model import PodInfo, TopologyPolicy
+from batchsched.core.readers import node_from_json
 from batchsched.core.placement.capacity import CapacityIndex  # noqa: E402
 from batchsched.core.placement.gang import GangPlan, plan_gang  # noqa: E402
 from batchsched.core.placement.gpus import pick_gpus  # noqa: E402

@@ -24,10 +24,11 @@ from batchsched.core.placement.capacity import CapacityIndex
 from batchsched.core.placement.fit import out_where_dra_serves_gpus, resource_reasons, static_reasons
 from batchsched.core.placement.gang import min_resources_beyond, never_fits
 from batchsched.core.placement.gpus import in_dra_terms, pick_gpus, static_reason
-from batchsched.core.queues.book import REASON_QUEUE_AT_LIMIT, QueueBook, flows_said
+from batchsched.core.queues.book import REASON_QUEUE_AT_LIMIT, QueueBook
+from batchsched.core.queues.reclaim import awaited_reclaim, flows_said
 from batchsched.core.snapshot import Snapshot
 from batchsched.core.text import clip
-from batchsched.core.topology.accounting import GpuRoom, gpu_rooms
+from batchsched.core.topology.accounting import GpuRoom
 
 
 @dataclass
@@ -271,7 +272,7 @@ def _queue_checklist(snapshot: Snapshot, gang: Gang, config: CoreConfig, report:
         report.data["reason"] = REASON_QUEUE_AT_LIMIT
         report.verdict = report.verdict or f"{REASON_QUEUE_AT_LIMIT}: waits for its queue: {admission}"
         report.add(f"  -> {admission}")
-    awaited = book.awaited_reclaim(gang.key)
+    awaited = awaited_reclaim(book, gang.key)
     if awaited:
         waiting = f"waiting for reclaim from {flows_said(awaited)}"
         data["reclaim"] = [f.data() for f in awaited]
@@ -354,3 +355,10 @@ def _no_gpu_asked(pending: list) -> str:
 def _how_many(request: dict[str, int], free: dict[str, int]) -> int:
     counts = [free.get(k, 0) // v for k, v in request.items() if v > 0]
     return max(0, min(counts)) if counts else 0
+
+
+def gpu_rooms(snapshot: Snapshot) -> dict[str, GpuRoom]:
+    """The room of every node that has one.  (Here, beside its one user, so
+    that ``topology/accounting.py`` needs nothing of the snapshot.)"""
+    state = snapshot.cluster
+    return {name: room for name in snapshot.nodes if (room := state.room(name)) is not None}

@@ -119,7 +119,7 @@ def subtract(a: Mapping[str, int], b: Mapping[str, int]) -> Resources:
     return out
 
 
-def fits(request: Mapping[str, int], free: Mapping[str, int]) -> list[str]:
+def shortfall(request: Mapping[str, int], free: Mapping[str, int]) -> list[str]:
     """Names of the requested resources that ``free`` cannot cover."""
     return [k for k, v in request.items() if v > 0 and free.get(k, 0) < v]
 

@@ -12,12 +12,12 @@ from batchsched.api import constants
 from batchsched.core.dra.inventory import gpu_selection, node_dra
 from batchsched.core.dra.model import DraError, ResourceSlice, slice_from_json
 from batchsched.core.topology.model import GpuTopology, TopologyError
+from batchsched.kube.client import ApiError, Kube
+from batchsched.kube.events import EventRecorder, node_ref, now_rfc3339, pod_ref
 from batchsched.nodeagent.backends import Backend
 from batchsched.nodeagent.podresources import api_pb2, api_pb2_grpc
 from batchsched.nodeagent.report import GPU_READY_CONDITION, KubeletView, Report, current_condition, decide
 from batchsched.nodeagent.verify import Finding, Held, verify
-from batchsched.shell.kube import ApiError, Kube
-from batchsched.shell.status import EventRecorder, node_ref, now_rfc3339, pod_ref
 
 log = logging.getLogger("batchsched.nodeagent")
 COMPONENT = "batchsched-node-agent"

@@ -62,11 +62,11 @@ def run_node_agent(args: argparse.Namespace) -> int:
 async def _loop(args: argparse.Namespace, backend) -> int:
     import grpc
 
+    from batchsched.kube.client import ApiError, Kube
+    from batchsched.kube.events import EventRecorder
     from batchsched.nodeagent.agent import COMPONENT, AgentMetrics, Reporter, Verifier
     from batchsched.nodeagent.report import KubeletView
-    from batchsched.shell.kube import ApiError, Kube
     from batchsched.shell.server import serve
-    from batchsched.shell.status import EventRecorder
 
     kube = await Kube.connect(args.kubeconfig, context=args.context)
     events = EventRecorder(kube, COMPONENT)

@@ -13,7 +13,7 @@ from typing import Iterable, Mapping
 
 from batchsched.api import constants
 from batchsched.core.dra.inventory import NodeDra
-from batchsched.core.model import parse_gpu_ids
+from batchsched.core.readers import parse_gpu_ids
 from batchsched.core.text import clip
 from batchsched.core.topology.model import GpuTopology
 

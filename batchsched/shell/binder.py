@@ -36,7 +36,7 @@ import aiohttp
 from batchsched.api import constants
 from batchsched.core.dra.claims import ClaimAllocation
 from batchsched.core.dra.extended import ExtendedClaim
-from batchsched.shell.kube import ApiError, Kube
+from batchsched.kube.client import ApiError, Kube
 
 log = logging.getLogger(__name__)
 
@@ -73,8 +73,9 @@ VERIFY_BACKOFF_MAX_SECONDS = 5.0
 # Bindings less than this apart are one burst.  The bindings of a burst's
 # successive cycles leave the binder idle only for the few milliseconds
 # between them; writes that can wait (events, statuses) let in then took
-# the API server from the next cycle's bindings (bench/RESULTS.md, "Writes
-# that can wait hold off for a quiet moment").
+# the API server from the next cycle's bindings
+# (bench/history/RESULTS-until-2026-12-06.md, "Writes that can wait hold
+# off for a quiet moment").
 QUIET_SECONDS = 0.5
 
 

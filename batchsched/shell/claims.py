@@ -50,7 +50,7 @@ from batchsched.core.dra.claims import ClaimAllocation
 from batchsched.core.dra.extended import ExtendedClaim
 from batchsched.core.dra.model import API_PATH, EXTENDED_RESOURCE_CLAIM_ANNOTATION, AllocatedDevice, ResourceClaim
 from batchsched.core.text import clip
-from batchsched.shell.kube import ApiError, Kube
+from batchsched.kube.client import ApiError, Kube
 
 log = logging.getLogger(__name__)
 

@@ -24,9 +24,10 @@ from batchsched.config import PreemptionConfig
 from batchsched.core.cycle import Eviction, GangReset, Nomination
 from batchsched.core.model import PodInfo
 from batchsched.core.preemption.policy import EvictionLog, PreemptionState
+from batchsched.kube.client import ApiError, Kube
+from batchsched.kube.events import EventRecorder, pod_ref
 from batchsched.shell.cache import ClusterCache
-from batchsched.shell.kube import ApiError, Kube
-from batchsched.shell.status import EventRecorder, group_ref, pod_ref
+from batchsched.shell.status import group_ref
 
 log = logging.getLogger(__name__)
 

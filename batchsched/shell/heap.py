@@ -3,7 +3,8 @@
 Once the watch caches have synced, the heap holds a long-lived object per
 node, pod and PodGroup (tens of thousands of containers at 5,000 nodes), and
 every full collection of the cyclic garbage collector walks all of them,
-which showed as slow cycles (bench/RESULTS.md, in-process section), and,
+which showed as slow cycles (bench/history/RESULTS-until-2026-12-06.md,
+"Decision throughput in process"), and,
 while the first lists build them, as a pods list twice as long.
 ``collect_rarely`` makes collections rarer from the start; ``settle_heap``,
 once the first bindings are answered (``Scheduler.on_started``), collects

@@ -45,7 +45,7 @@ from urllib.parse import quote
 
 import aiohttp
 
-from batchsched.shell.kube import ApiError, Kube
+from batchsched.kube.client import ApiError, Kube
 
 log = logging.getLogger(__name__)
 

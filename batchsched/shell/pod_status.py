@@ -24,8 +24,9 @@ from typing import Awaitable, Callable
 from urllib.parse import quote
 
 from batchsched.core.model import PodInfo
-from batchsched.shell.kube import ApiError, Kube
-from batchsched.shell.status import YIELD_TO_BINDINGS_SECONDS, now_rfc3339
+from batchsched.kube.client import ApiError, Kube
+from batchsched.kube.events import now_rfc3339
+from batchsched.shell.status import YIELD_TO_BINDINGS_SECONDS
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ import signal
 from typing import Callable
 
 from batchsched.config import SchedulerConfig
-from batchsched.shell.kube import Kube  # first: it imports aiohttp without reading certificates it never uses
+from batchsched.kube.client import Kube  # first: it imports aiohttp without reading certificates it never uses
 from batchsched.shell import server
 from batchsched.shell.heap import collect_rarely, settle_heap
 from batchsched.shell.leader import LeaderElector, default_identity, resolve_lease_namespace

@@ -11,39 +11,39 @@ from typing import Callable
 from urllib.parse import quote
 
 from batchsched.api import constants
-from batchsched.api.podgroup import Condition, PodGroupStatus
 from batchsched.config import SchedulerConfig
 from batchsched.core.cluster import ClusterState
 from batchsched.core.cycle import (
     REASON_EXCEEDS_CAPACITY, REASON_QUORUM_NOT_REACHED, REASON_SCHEDULE_TIMEOUT, REASON_UNSCHEDULABLE, CyclePlan,
     Verdict, schedule_cycle,
 )
-from batchsched.core.gangsources import NATIVE, OWN, SCHEDULER_PLUGINS, SOURCES, VOLCANO, source_of_key
-from batchsched.core.gangsources import jobsets, native, schedulerplugins, volcano
+from batchsched.core.gangsources import OWN, SOURCES, jobsets, source_of_key
+from batchsched.core.gangsources.plugin import StatusFacts
+from batchsched.core.gangsources.registry import PLUGINS
 from batchsched.core.gangs import (
-    REASON_FOREIGN_MEMBERS, bindings_to_record, effective_priority, foreign_members, foreign_note,
-    foreign_pod_message, no_members_message,
+    REASON_FOREIGN_MEMBERS, foreign_members, foreign_note, foreign_pod_message, no_members_message,
 )
 from batchsched.core.gpu_pools import GpuPoolTally
-from batchsched.core.model import PodInfo, parse_time, recorded_bindings
+from batchsched.core.model import PodInfo
+from batchsched.core.readers import parse_time
 from batchsched.core.queueing.idle import idle_on
 from batchsched.core.queueing.queue import GangQueue, Reservation
 from batchsched.core.queues.report import QueueSummary, summarize
 from batchsched.core.snapshot import Snapshot
-from batchsched.core.status import conditions_for, count_members, phase_of
+from batchsched.core.status import count_members, phase_of
 from batchsched.core.topology.accounting import topology_of
 from batchsched.core.topology.alignment import is_aligned
+from batchsched.kube.client import Kube
+from batchsched.kube.events import EventRecorder, node_ref, now_rfc3339, pod_ref
 from batchsched.shell.binder import Binder, BindRequest, BindResult
 from batchsched.shell.cache import ClusterCache
-from batchsched.shell.claims import ClaimError, ClaimWriter, ExplicitClaims, PodClaims, WrittenClaim
+from batchsched.shell.claim_pipeline import ClaimPipeline, ClaimsRefused, has_claims
+from batchsched.shell.claims import PodClaims
 from batchsched.shell.evictor import Evictor
-from batchsched.shell.kube import Kube
 from batchsched.shell.logs import decision
 from batchsched.shell.metrics import RESULT_SCHEDULED, RESULT_UNSCHEDULABLE, Metrics
 from batchsched.shell.pod_status import PodConditionWriter
-from batchsched.shell.status import (
-    EventRecorder, StatusWriter, group_ref, node_ref, now_rfc3339, pod_ref, queue_status_path,
-)
+from batchsched.shell.status import StatusWriter, group_ref, queue_status_path
 
 log = logging.getLogger(__name__)
 
@@ -74,11 +74,8 @@ class Scheduler:
         self.queue = GangQueue.from_config(self.core_config)
         self.binder = Binder(kube, config.binding.parallelism, config.binding.retries)
         self.binder.settled_by_watch = self._settled_by_watch
-        self.claims = ClaimWriter(kube, lambda: self.cache.state)
-        self.explicit = ExplicitClaims(kube, lambda: self.cache.state)
-        self._claim_slots = asyncio.Semaphore(config.binding.parallelism)
-        self._claims_swept = 0.0
-        self._claims_deleting: set[str] = set()  # claim uids
+        self.claim_pipeline = ClaimPipeline(kube, self.cache, config.scheduler_name, config.binding.parallelism,
+                                            self._spawn)
         self.status = StatusWriter(kube, config.status_min_interval_seconds, self.binder.wait_idle, path=status_path)
         self.queue_status = StatusWriter(kube, config.status_min_interval_seconds, self.binder.wait_idle,
                                          kind="Queue", path=queue_status_path)
@@ -257,9 +254,7 @@ class Scheduler:
                     attempt))
             for key, requests in by_gang.items():
                 self._spawn(self._bind_gang(key, requests, eligible_since.get(key)))
-        if time.monotonic() - self._claims_swept > 1.0:
-            self._claims_swept = time.monotonic()
-            self._sweep_leftover_claims()
+        self.claim_pipeline.sweep_leftovers()
         self._count_attempts(plan)
         self._count_reserved_idle(snapshot.cluster, plan.reservation, time.monotonic())
         self._report(plan, touched)
@@ -337,8 +332,12 @@ class Scheduler:
         holds up no other gang's bindings, and each gang's outcome (its
         partial-gang clock, its time to bind) is its own."""
         written: dict[str, PodClaims] = {}  # pod uid -> its claims, written for this binding
-        if any(_has_claims(r) for r in requests) and not await self._write_claims(key, requests, written):
-            return
+        if any(has_claims(r) for r in requests):
+            outcome = await self.claim_pipeline.write_gang(key, requests)
+            if isinstance(outcome, ClaimsRefused):
+                self._claims_refused(key, requests, outcome)
+                return
+            written = outcome
         outcomes: list[BindResult] = []
         refused = False
         async for result in self.binder.bind_each(requests):
@@ -346,9 +345,9 @@ class Scheduler:
             req = result.request
             if not result.ok:
                 if req.uid in written:  # kube-scheduler's Unreserve: the claims go too, then the pod is free
-                    self._spawn(self._undo_then_unassume(req, written.pop(req.uid)))
+                    self._spawn(self.claim_pipeline.undo_then_unassume(req, written.pop(req.uid)))
                 else:
-                    self._unassume(req)  # at once: its room is free whatever follows
+                    self.claim_pipeline.unassume(req)  # at once: its room is free whatever follows
                 if not refused:  # at once, so the next cycle does not retry it; once a batch
                     refused = True
                     self.queue.record_bind_refused(key, time.time())  # refused or gone: not for want of room
@@ -363,105 +362,20 @@ class Scheduler:
         if eligible_since is not None and len(bound) == len(outcomes):
             self.metrics.gang_e2e_duration.observe(time.time() - eligible_since)
 
-    async def _write_claims(self, key: str, members: list[BindRequest], written: dict[str, PodClaims]) -> bool:
-        """Write the claims of the gang's pods placed where DRA serves
-        nvidia.com/gpu, and allocate or reserve their own claims, into
-        ``written``; True when all were written.  A gang with one claim not
-        written binds no member: the claims written for it are undone, its
-        pods unassumed, and it backs off like a refused binding."""
-        asking = [r for r in members if _has_claims(r)]
-        started = time.monotonic()
-        waves = _claim_waves(asking)
-        errors: dict[str, BaseException] = {}
-        done: dict[str, PodClaims] = {}
-        for wave in waves:
-            outcomes = await asyncio.gather(*(self._write_claim(r) for r in wave), return_exceptions=True)
-            errors.update((r.uid, o) for r, o in zip(wave, outcomes) if isinstance(o, BaseException))
-            done.update((r.uid, o) for r, o in zip(wave, outcomes) if isinstance(o, PodClaims))
-            if errors:
-                break
-        log.info("ResourceClaims of %d pod(s) written in %.2f s%s", len(done), time.monotonic() - started,
-                 " (gang refused)" if errors else "", extra=decision(key, [r.name for r in asking]))
-        if not errors:
-            written.update(done)
-            return True
-        for wave in reversed(waves):  # joiners leave a shared claim first: its allocation goes with the last
-            await asyncio.gather(*(self._undo_claim(r.uid, done[r.uid]) for r in wave if r.uid in done))
-        first = next(r for r in asking if r.uid in errors)
-        why = errors[first.uid]
+    def _claims_refused(self, key: str, members: list[BindRequest], refused: ClaimsRefused) -> None:
+        """A gang with one claim not written binds no member: the claims
+        written for it were undone, its pods are unassumed, and it backs off
+        like a refused binding."""
+        first, why = refused.first, refused.why
         for r in members:
-            self._unassume(r)
-            message = (f"{why}" if r.uid in errors else
+            self.claim_pipeline.unassume(r)
+            message = (f"{why}" if r.uid in refused.failed else
                        f"not bound: a ResourceClaim of gang member {first.name} was not written ({why})")
             self.metrics.bind_errors.inc()
             log.warning("%s/%s: %s", r.namespace, r.name, message, extra=decision(key, [r.name], node=r.node))
             self.events.emit(pod_ref(r.namespace, r.name, r.uid), "Warning", "FailedBinding",
                              f"Binding to {r.node} failed: {message}")
         self.queue.record_bind_refused(key, time.time())
-        return False
-
-    async def _write_claim(self, r: BindRequest) -> PodClaims:
-        """The pod's extended-resource claim, then its own claims; a failure
-        undoes what was written for it and raises ClaimError."""
-        async with self._claim_slots:
-            written = PodClaims()
-            try:
-                if r.claim is not None:
-                    written.extended = await self.claims.write(r.namespace, r.name, r.uid, r.claim)
-                if r.claims:
-                    written.reserved = await self.explicit.write(r.name, r.uid, r.claims)
-                return written
-            except Exception as exc:  # noqa: BLE001 - a bug here fails this gang, not the loop
-                if written.extended is not None:
-                    await self.claims.delete(written.extended)
-                if isinstance(exc, ClaimError):
-                    raise
-                log.exception("writing the ResourceClaims of %s/%s failed", r.namespace, r.name)
-                raise ClaimError(f"writing its ResourceClaims failed: {type(exc).__name__}: {exc}") from exc
-
-    async def _undo_claim(self, pod_uid: str, written: PodClaims) -> None:
-        if written.extended is not None:
-            await self.claims.delete(written.extended)
-        for reserved in reversed(written.reserved):
-            await self.explicit.undo(pod_uid, reserved)
-
-    async def _undo_then_unassume(self, r: BindRequest, written: PodClaims) -> None:
-        """A binding refused after its claims were written: they are undone,
-        and only then is the pod unassumed.  Till then its devices stay in
-        flight and the pod is not placed again, so neither another pod nor
-        the pod's next attempt is given what the claims still hold."""
-        try:
-            await self._undo_claim(r.uid, written)
-        finally:
-            self._unassume(r)
-
-    def _unassume(self, r: BindRequest) -> None:
-        """The attempt did not bind: its in-flight devices and the pod's
-        room are released together (the devices of another attempt of the
-        pod are left alone)."""
-        self.cache.state.forget_allocation(r.uid, r.attempt)
-        self.cache.forget(r.uid)
-
-    def _sweep_leftover_claims(self) -> None:
-        """Extended-resource claims of our pods that are neither bound nor
-        being bound (left by a crash, or by a delete that failed) are
-        deleted, so that the pod's next attempt makes the only one."""
-        for claim in list(self.cache.state.dra.claims.values()):
-            pod = self.cache.pods.get(claim.owner_pod) if claim.extended else None
-            if (pod is None or pod.namespace != claim.namespace or pod.scheduler_name != self.config.scheduler_name
-                    or not pod.awaits_placement
-                    or pod.uid in self.cache.assumed or claim.uid in self._claims_deleting):
-                continue
-            log.info("deleting ResourceClaim %s/%s: its pod %s is not bound nor being bound",
-                     claim.namespace, claim.name, pod.name)
-            self._claims_deleting.add(claim.uid)
-            self._spawn(self._delete_leftover(WrittenClaim(claim.namespace, claim.name, claim.uid)))
-
-    async def _delete_leftover(self, claim: WrittenClaim) -> None:
-        try:
-            await self.claims.delete(claim)
-        finally:
-            self._claims_deleting.discard(claim.uid)
 
     def _bound(self, result: BindResult) -> None:
         req = result.request
@@ -572,32 +486,11 @@ class Scheduler:
             reason, message = "", ""
         if phase != "Pending" or counters.bound:
             self.start_times.setdefault(key, now_rfc3339())
-        source = source_of_key(key)
-        if source == SCHEDULER_PLUGINS:
-            self.status.update(key, schedulerplugins.status(phase, counters, min_member, self.start_times.get(key)))
-            return
-        if source == VOLCANO:
-            self.status.update(key, volcano.status(phase, counters, reason, message))
-            return
-        if source == NATIVE:
-            self.status.update(key, native.status(phase, reason, message, self.status.last_written(key),
-                                                  now_rfc3339()))
-            return
-        status = PodGroupStatus(
-            phase=phase, observed_generation=obj["metadata"].get("generation", 0),
-            bound=counters.bound, running=counters.running, succeeded=counters.succeeded, failed=counters.failed,
-            pending=counters.pending, elastic=max(0, counters.bound - min_member),
-            priority=effective_priority(spec, members) if spec and members else None,
-            conditions=[Condition.model_validate(c) for c in conditions_for(phase, reason, message)],
-            schedule_start_time=self.start_times.get(key),
-            # what a restart believes of who bound the members (docs/binding.md)
-            bound_by_scheduler=bindings_to_record(members, recorded_bindings(obj)) or None)
-        written = status.to_json()
-        last = self.status.last_written(key) or {}
-        for field in ("priority", "boundByScheduler"):
-            if field not in written and field in last:
-                written[field] = None  # a merge patch removes a field only when told so
-        self.status.update(key, written)
+        status = PLUGINS[source_of_key(key)].status(StatusFacts(
+            phase, counters, min_member, reason, message, self.start_times.get(key), self.status.last_written(key),
+            now_rfc3339(), obj, spec, members))
+        if status is not None:
+            self.status.update(key, status)
 
     def _bad_object(self, kind: str, obj: dict, why: str) -> None:
         """Found while syncing, maybe as a standby that may not write yet:
@@ -652,24 +545,3 @@ def _with_removals(status: dict, written: dict | None) -> dict:
             status[field].update({k: None for k in amounts if k not in status[field]})
     return status
 
-
-def _has_claims(r: BindRequest) -> bool:
-    return r.claim is not None or bool(r.claims)
-
-
-def _claim_waves(asking: list[BindRequest]) -> list[list[BindRequest]]:
-    """A gang's pods in the waves their claims are written in: a pod joining
-    a claim that a gang mate allocates (core/dra/claims.py) comes after that
-    mate, as its reservation must see the allocation."""
-    allocating = {c.uid: r.uid for r in asking for c in r.claims if c.allocate}
-    waves: list[list[BindRequest]] = []
-    written: set[str] = set()
-    left = asking
-    while left:
-        wave = [r for r in left if all(allocating[c.uid] in written for c in r.claims
-                                       if not c.allocate and c.uid in allocating)]
-        wave = wave or left  # (a cycle, which no plan makes: a joiner then fails, finding no allocation)
-        waves.append(wave)
-        written.update(r.uid for r in wave)
-        left = [r for r in left if r.uid not in written]
-    return waves

@@ -4,8 +4,8 @@ A pod as the API server sends it is ~2 KB of JSON, most of it what the
 scheduler never reads (managedFields, volumes, mounts, probes, images).
 ``json.loads`` builds all of it; a typed decoder (msgspec) skips the rest
 without building it, which on a page of 500 pods costs a fifth of the time
-(bench/RESULTS.md, "Pods decoded by what the model reads").  The start's
-pods list and every pod watch event pay this.
+(bench/history/RESULTS-until-2026-12-06.md, "Pods decoded by what the model
+reads").  The start's pods list and every pod watch event pay this.
 
 The types below name every field :func:`batchsched.core.model.pod_from_json`
 reads (``tests/unit/test_wire.py`` records its reads and checks that each

@@ -17,7 +17,8 @@ from batchsched.api import constants
 from batchsched.core.dra.model import (
     MAX_DEVICES_PER_SLICE, DeviceClass, ResourceSlice, class_from_json, slice_from_json,
 )
-from batchsched.core.model import NodeInfo, node_from_json
+from batchsched.core.model import NodeInfo
+from batchsched.core.readers import node_from_json
 from batchsched.core.topology.annotation import from_annotation, from_document, to_annotation
 from batchsched.core.topology.model import GpuTopology, TopologyError
 from batchsched.core.topology.parse import parse_topo

@@ -43,7 +43,8 @@ from batchsched.core.cycle import CyclePlan
 from batchsched.core.dra.extended import ExtendedClaim
 from batchsched.core.dra.model import ResourceClaim
 from batchsched.core.gpu_pools import stranded_gpus
-from batchsched.core.model import GroupSpec, NodeInfo, PodInfo, group_from_json, pod_from_json, pod_with
+from batchsched.core.model import GroupSpec, NodeInfo, PodInfo, pod_with
+from batchsched.core.readers import group_from_json, pod_from_json
 from batchsched.core.preemption.plan import lost_work
 from batchsched.core.queues.model import QueueInfo
 from batchsched.core.resources import Resources
@@ -133,7 +134,7 @@ class SimCluster:
         pod = self.pods.get(uid)
         if pod is None or pod.node_name or uid not in self.pending:
             raise SimulationError(f"pod {uid} is not pending and cannot be bound")
-        short = res.fits(pod.requests, self.free[node_name])
+        short = res.shortfall(pod.requests, self.free[node_name])
         if short:
             raise SimulationError(f"pod {pod.key} does not fit on {node_name}: short of {', '.join(short)}")
         gpus, ids = pod.requests.get(constants.GPU_RESOURCE, 0), mask_of(gpu_ids)

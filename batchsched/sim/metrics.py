@@ -53,7 +53,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Protocol, Sequence
 
 from batchsched.api import constants
 from batchsched.core.model import NodeInfo, PodInfo
@@ -61,13 +61,28 @@ from batchsched.core.queueing.idle import idle_reserved_gpus
 from batchsched.core.queueing.queue import Reservation
 from batchsched.core.queues.model import QueueInfo
 from batchsched.core.queues.share import fair_shares
+from batchsched.core.resources import Resources
 from batchsched.core.topology.accounting import topology_of
 from batchsched.core.topology.alignment import is_aligned
 from batchsched.core.topology.choose import mask_of
 
 if TYPE_CHECKING:
-    from batchsched.sim.engine import SimCluster
     from batchsched.sim.workload import Job
+
+
+class RecordedCluster(Protocol):
+    """What the recorder reads of the simulated cluster (``engine.SimCluster``;
+    named here so that this module needs nothing of the engine that imports it)."""
+    queues: Mapping[str, QueueInfo]
+    nodes: Mapping[str, NodeInfo]
+    pods: Mapping[str, PodInfo]
+    free: Mapping[str, Resources]
+    pending: set[str]
+    total_gpus: int
+    dra_gpus: int
+    allocated_gpus: int
+    stranded: int
+    pods_with_claims: int
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -257,7 +272,7 @@ def window_mean(series: Sequence[tuple[float, ...]], column: int, start: float, 
 
 
 class Recorder:
-    def __init__(self, cluster: SimCluster, jobs: Sequence[Job], policy: str, default_queue: str = "default"):
+    def __init__(self, cluster: RecordedCluster, jobs: Sequence[Job], policy: str, default_queue: str = "default"):
         self.cluster = cluster
         self.queues = (QueueTracker(cluster.queues, jobs, default_queue, cluster.total_gpus)
                        if cluster.queues else None)

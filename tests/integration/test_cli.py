@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from batchsched.api import constants
-from batchsched.shell.kube import merge_kubeconfigs
+from batchsched.kube.client import merge_kubeconfigs
 from tests.integration.test_gang_scheduling import make_gang
 from tests.support.objects import pod
 

@@ -7,7 +7,7 @@ import os
 import pytest
 
 import localcluster
-from batchsched.shell.kube import ApiError, Kube
+from batchsched.kube.client import ApiError, Kube
 from tests.support.kube import wait_for
 from tests.support.kubectl import run_kubectl
 from tests.support.objects import pod, pod_group
@@ -88,7 +88,7 @@ def test_typed_binding_call_binds_even_when_its_response_cannot_be_parsed(env):
     assert env.pods()["p"]["spec"]["nodeName"] == node
     # kubernetes 37.0.2 raises a pydantic error ("V1Binding target ...") here;
     # if a client release parses the Status properly this line tells us the
-    # workaround in batchsched.shell.kube can go.
+    # workaround in batchsched.kube.client can go.
     assert outcome is None or "V1Binding" in str(outcome), outcome
 
 

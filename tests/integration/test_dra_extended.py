@@ -17,6 +17,7 @@ from tests.integration.test_gang_scheduling import make_gang
 from tests.integration.test_partial_gangs import refuse_binding_of
 from tests.support import dra
 from tests.support.kube import wait_for
+from tests.support.objects import pod
 
 pytestmark = pytest.mark.e2e
 
@@ -227,3 +228,31 @@ def test_the_serving_class_config_is_written_into_the_allocation(env, gpu_class,
     assert claim["status"]["allocation"]["devices"]["config"] == [
         {"source": "FromClass", "requests": ["container-0-request-0"], "opaque": opaque}]
     assert len(claim["status"]["allocation"]["devices"]["results"]) == 2
+
+
+def init_gpu_pod(env, name: str) -> dict:
+    """A pod whose init container asks 2 GPUs that its app container reuses."""
+    body = pod(name, env.namespace, gpus=2, cpu="1")
+    body["spec"]["initContainers"] = [{"name": "warm", "image": "registry.example/train:1",
+                                       "resources": {"limits": {constants.GPU_RESOURCE: "2"}}}]
+    return env.create(body)
+
+
+def test_a_pod_reusing_init_container_gpus_is_kept_off_dra_nodes_with_a_reason_and_goes_to_the_device_plugin(
+        env, gpu_class, start_scheduler):
+    dra_node(env, "dgx", DGX1.read_text())
+    init_gpu_pod(env, "warm")
+    start_scheduler()
+
+    def reason() -> str:
+        condition = next((c for c in (env.pods()["warm"].get("status") or {}).get("conditions") or []
+                          if c["type"] == "PodScheduled"), {})
+        return condition.get("message", "") if condition.get("reason") == "Unschedulable" else ""
+    message = wait_for("warm unschedulable with the node's reason", reason, timeout=60)
+    assert "serve nvidia.com/gpu through DRA, where this version gives no pod the GPUs of an init container" \
+        in message, message
+    assert env.bound() == {} and not extended_claims_of(env)
+    plugin = env.add_node("plugin", gpus=8)  # the device plugin's nvidia.com/gpu
+    wait_for("warm bound where the device plugin serves its GPUs", lambda: env.bound().get("warm") == plugin,
+             timeout=60)
+    assert not extended_claims_of(env)

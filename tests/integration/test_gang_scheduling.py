@@ -53,7 +53,7 @@ def assert_not_overcommitted(env) -> None:
     for p in env.kube.get("/api/v1/pods")["items"]:
         node = p["spec"].get("nodeName")
         if node in used and p["status"].get("phase") not in ("Succeeded", "Failed"):
-            from batchsched.core.model import pod_requests
+            from batchsched.core.readers import pod_requests
             used[node] = res.add(used[node], pod_requests(p["spec"]))
     for name, node in nodes.items():
         allocatable = res.parse_resource_map(node["status"]["allocatable"])

@@ -13,8 +13,8 @@ import pytest
 
 from batchsched.api import constants
 from batchsched.core.topology.annotation import to_annotation
-from batchsched.shell.cache import Reflector
-from batchsched.shell.kube import Kube
+from batchsched.kube.client import Kube
+from batchsched.shell.reflector import Reflector
 from tests.integration.test_gang_scheduling import wait_unschedulable
 from tests.support.kube import KubeError, wait_for
 from tests.support.objects import pod, pod_group

@@ -11,7 +11,7 @@ import asyncio
 
 import pytest
 
-from batchsched.shell.kube import ApiError, Kube
+from batchsched.kube.client import ApiError, Kube
 from tests.support.lease import HeldLease
 
 pytestmark = pytest.mark.e2e

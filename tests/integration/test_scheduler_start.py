@@ -10,8 +10,8 @@ import gc
 import pytest
 
 from batchsched.config import SchedulerConfig
+from batchsched.kube.client import Kube
 from batchsched.shell import heap, replica
-from batchsched.shell.kube import Kube
 from batchsched.shell.scheduler import Scheduler
 from tests.support.objects import pod, pod_group
 

@@ -1,7 +1,7 @@
 """A small synchronous raw-JSON client for test setup and assertions.
 
 Tests arrange and observe the cluster through this; the scheduler under test
-uses its own async client (batchsched.shell.kube).  Built on the sync
+uses its own async client (batchsched.kube.client).  Built on the sync
 ``kubernetes`` client so any kubeconfig (token, client cert, exec) works.
 """
 from __future__ import annotations

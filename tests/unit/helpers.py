@@ -6,9 +6,8 @@ from datetime import datetime, timedelta, timezone
 from typing import Iterable
 
 from batchsched.api.constants import GPU_IDS_ANNOTATION, GPU_RESOURCE, POD_GROUP_LABEL
-from batchsched.core.model import (
-    GroupSpec, NodeInfo, PodInfo, group_from_json, node_from_json, pod_from_json,
-)
+from batchsched.core.model import GroupSpec, NodeInfo, PodInfo
+from batchsched.core.readers import group_from_json, node_from_json, pod_from_json
 from batchsched.core.snapshot import Snapshot
 
 EPOCH = datetime(2024, 1, 1, tzinfo=timezone.utc)

@@ -6,7 +6,7 @@ import yaml
 
 from batchsched.api.podgroup import ObjectMeta, PodGroup, PodGroupSpec, PodGroupStatus, parse_spec
 from batchsched.api.queue import Queue, QueueMeta, QueueSpec, QueueStatus, ResourceQuota
-from batchsched.core.model import group_from_json
+from batchsched.core.readers import group_from_json
 from batchsched.core.queues.model import queue_from_json
 
 CRD = yaml.safe_load((Path(__file__).resolve().parents[2] / "crds" / "podgroup.yaml").read_text())

@@ -14,7 +14,7 @@ from batchsched.core import gangsources
 from batchsched.core.cycle import schedule_cycle
 from batchsched.core.gangs import GangIndex
 from batchsched.core.gangsources import jobs, jobsets
-from batchsched.core.model import pod_from_json
+from batchsched.core.readers import pod_from_json
 from batchsched.core.queueing.queue import GangQueue
 from batchsched.shell.cache import ClusterCache
 from tests.support.frameworks import (

@@ -11,7 +11,7 @@ import asyncio
 import json
 
 from batchsched.config import SchedulerConfig
-from batchsched.shell.kube import ApiError
+from batchsched.kube.client import ApiError
 from batchsched.shell.scheduler import Scheduler
 from tests.support import dra
 from tests.support.metrics import sample

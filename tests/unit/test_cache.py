@@ -5,7 +5,7 @@ import gc
 import pytest
 
 from batchsched.api.constants import POD_GROUP_LABEL
-from batchsched.shell import cache as cache_module
+from batchsched.shell import reflector as reflector_module
 from batchsched.shell.cache import ClusterCache
 from tests.unit.cache_support import PagedList, relist
 
@@ -309,8 +309,8 @@ def test_a_page_being_converted_frees_each_raw_object_once_converted(cache):
 
 
 def test_list_pages_are_sized_by_the_bytes_of_their_objects(cache, monkeypatch):
-    monkeypatch.setattr(cache_module, "FIRST_PAGE_SIZE", 2)
-    monkeypatch.setattr(cache_module, "PAGE_BYTES", 20_000)
+    monkeypatch.setattr(reflector_module, "FIRST_PAGE_SIZE", 2)
+    monkeypatch.setattr(reflector_module, "PAGE_BYTES", 20_000)
     small = relist(cache, "pods", [pod_json(f"p{i}", f"u{i}") for i in range(30)], page_size=10)
     assert small.limits == [2, 10, 10, 10]  # ~300 bytes a pod: the most a page may hold
 

@@ -13,7 +13,7 @@ from batchsched.core.dra.extended import ClaimRequest, ExtendedClaim
 from batchsched.core.dra.model import AllocatedDevice
 from batchsched.shell.claims import (DELETE_PROTECTION, ClaimError, ClaimWriter, ExplicitClaims, allocation_status,
                                      same_allocation)
-from batchsched.shell.kube import ApiError
+from batchsched.kube.client import ApiError
 
 DEVICE = AllocatedDevice("container-0-request-0", "gpu.nvidia.com", "node-a", "gpu-0")
 EXTENDED = ExtendedClaim("node-a", "gpu.nvidia.com", (ClaimRequest("container-0-request-0", "main", 1),), (DEVICE,))

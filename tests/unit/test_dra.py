@@ -21,9 +21,10 @@ from batchsched.core.placement.gpus import REASON_DRA_NO_CLASS, static_reason
 from batchsched.core.model import TopologyPolicy
 from batchsched.core.topology.accounting import gpu_id_count
 from batchsched.core.topology.annotation import to_annotation
-from batchsched.shell import cache as cache_module
-from batchsched.shell.cache import ClusterCache, Reflector
-from batchsched.shell.kube import ApiError
+from batchsched.kube.client import ApiError
+from batchsched.shell import reflector as reflector_module
+from batchsched.shell.cache import ClusterCache
+from batchsched.shell.reflector import Reflector
 from tests.support import dra
 from tests.unit.cache_support import relist
 from tests.unit.test_fuzz_hostile_input import json_values, quickly
@@ -339,7 +340,7 @@ class NotServed:
 @pytest.mark.parametrize("status, said", [(404, "not served"), (403, "may not be read")])
 def test_a_dra_collection_not_served_or_forbidden_counts_as_synced_and_empty_and_is_logged_once(
         cache, monkeypatch, caplog, status, said):
-    monkeypatch.setattr(cache_module, "ABSENT_RECHECK_SECONDS", 0.01)
+    monkeypatch.setattr(reflector_module, "ABSENT_RECHECK_SECONDS", 0.01)
     relist(cache, "resourceslices", [dra.resource_slice(NODE, TOPOLOGY)])
     reflector: Reflector = next(r for r in cache.reflectors(NotServed(status)) if r.kind == "resourceslices")
     replaced = 0

@@ -10,7 +10,7 @@ from batchsched.api import constants
 from batchsched.api.constants import GPU_RESOURCE
 from batchsched.core.cycle import schedule_cycle
 from batchsched.core.dra.model import AllocatedDevice, DraError, claim_from_json
-from batchsched.core.model import pod_from_json
+from batchsched.core.readers import pod_from_json
 from batchsched.core.placement.capacity import cluster_capacity
 from batchsched.core.placement.gang import plan_gang
 from batchsched.core.queueing.queue import GangQueue

@@ -12,7 +12,7 @@ from batchsched.core.dra.extended import ExtendedClaimError, extended_claim
 from batchsched.core.dra.model import AllocatedDevice
 from batchsched.core.dra.state import EXTENDED_CLAIM, InFlight
 from batchsched.core.gpu_pools import node_gpus
-from batchsched.core.model import pod_from_json
+from batchsched.core.readers import pod_from_json
 from batchsched.core.topology.choose import gpus_of
 from tests.support import dra
 from tests.unit.test_dra import NODE, TOPOLOGY, cache, claim_json, device, listed, node_json, pod_json  # noqa: F401

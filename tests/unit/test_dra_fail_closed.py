@@ -11,8 +11,9 @@ import pytest
 
 from batchsched.core.dra.model import DraError, claim_from_json
 from batchsched.core.explain import explain_gang
-from batchsched.shell import cache as cache_module
-from batchsched.shell.cache import ClusterCache, Reflector
+from batchsched.shell import reflector as reflector_module
+from batchsched.shell.cache import ClusterCache
+from batchsched.shell.reflector import Reflector
 from tests.support import dra
 from tests.unit.cache_support import PagedList
 from tests.unit.test_dra import (  # noqa: F401 - cache is a fixture
@@ -103,7 +104,7 @@ def run_a_while(reflector: Reflector) -> Reflector:
 @pytest.mark.parametrize("status, said", [(403, "resourceclaims may not be read (RBAC)"),
                                           (404, "resourceclaims are not served by the API server")])
 def test_where_slices_are_read_but_claims_cannot_be_no_dra_gpu_is_free(cache, monkeypatch, caplog, status, said):
-    monkeypatch.setattr(cache_module, "ABSENT_RECHECK_SECONDS", 0.01)
+    monkeypatch.setattr(reflector_module, "ABSENT_RECHECK_SECONDS", 0.01)
     listed(cache, nodes=[node_json()], slices=[dra.resource_slice(NODE, TOPOLOGY)], claims=[],
            pods=[pod_json("w", 1)])
     assert cache.state.dra_allocated(NODE) == 0

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import asyncio
 
-from batchsched.shell.status import YIELD_TO_BINDINGS_SECONDS, EventRecorder, StatusWriter, node_ref, pod_ref
+from batchsched.kube.events import EventRecorder, node_ref, pod_ref
+from batchsched.shell.status import YIELD_TO_BINDINGS_SECONDS, StatusWriter
 from tests.unit.yield_support import BindingsInFlight
 
 POD = pod_ref("team-a", "train-0", "uid-0")

@@ -104,7 +104,7 @@ def test_the_need_is_said_once_for_the_gang_and_never_as_zero_or_beyond_the_pods
 
 def test_the_node_agents_condition_is_the_nodes_side_of_the_checklist():
     from batchsched.api import constants
-    from batchsched.core.model import node_from_json
+    from batchsched.core.readers import node_from_json
 
     def agent_node(name: str, status: str, reason: str, message: str):
         return node_from_json({"metadata": {"name": name}, "status": {

@@ -17,7 +17,7 @@ from batchsched.core import resources as res
 from batchsched.core.cycle import REASON_SCHEDULED, schedule_cycle
 from batchsched.core import gangsources
 from batchsched.core.gangsources import AUTO_GANG_LABEL, jobsets
-from batchsched.core.model import group_from_json, node_from_json, pod_from_json
+from batchsched.core.readers import group_from_json, node_from_json, pod_from_json
 from batchsched.core.queueing.queue import GangQueue
 from batchsched.core.topology.annotation import from_annotation, to_document
 from batchsched.core.topology.model import TopologyError

@@ -12,7 +12,7 @@ from batchsched.core import gangsources
 from batchsched.core.cycle import schedule_cycle
 from batchsched.core.gangs import GangIndex
 from batchsched.core.gangsources import schedulerplugins, volcano
-from batchsched.core.model import pod_from_json
+from batchsched.core.readers import pod_from_json
 from batchsched.core.queueing.queue import GangQueue
 from batchsched.core.status import Counters
 from batchsched.shell.cache import ClusterCache
@@ -389,8 +389,8 @@ def test_a_foreign_crd_not_installed_counts_as_empty_is_logged_once_and_is_read_
         monkeypatch, caplog):
     import logging
 
-    from batchsched.shell import cache as cache_module
-    from batchsched.shell.kube import ApiError
+    from batchsched.shell import reflector as reflector_module
+    from batchsched.kube.client import ApiError
     from tests.unit.cache_support import PagedList
 
     class InstalledLater(PagedList):
@@ -403,7 +403,7 @@ def test_a_foreign_crd_not_installed_counts_as_empty_is_logged_once_and_is_read_
                 raise ApiError(404, "NotFound", "the server could not find the requested resource", {})
             return await super().request(method, path, query=query, **kwargs)
 
-    monkeypatch.setattr(cache_module, "ABSENT_RECHECK_SECONDS", 0.01)
+    monkeypatch.setattr(reflector_module, "ABSENT_RECHECK_SECONDS", 0.01)
     cache = asyncio.run(new_cache())
     kube = InstalledLater([volcano_group("ray-c-pg", minMember=2)])
     reflector = next(r for r in cache.reflectors(kube) if r.kind == "podgroups.scheduling.volcano.sh")

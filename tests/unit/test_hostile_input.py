@@ -16,7 +16,7 @@ import yaml
 from batchsched.config import ConfigError, load_config, validate_config
 from batchsched.core import resources as res
 from batchsched.core.cycle import REASON_INTERNAL_ERROR, schedule_cycle
-from batchsched.core.model import MAX_GPU_ID, MAX_GPU_IDS_LENGTH, parse_gpu_ids
+from batchsched.core.readers import MAX_GPU_ID, MAX_GPU_IDS_LENGTH, parse_gpu_ids
 from batchsched.core.queueing.queue import GangQueue
 from batchsched.core.topology.annotation import MAX_ANNOTATION_BYTES, MAX_NESTING, from_annotation, to_annotation
 from batchsched.core.topology.model import MAX_CPUS, MAX_GPUS, Gpu, GpuTopology, Link, TopologyError, parse_cpu_list

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from batchsched.shell.kube import KubeconfigError, kubeconfig_paths, merge_kubeconfigs, resolve_target
+from batchsched.kube.client import KubeconfigError, kubeconfig_paths, merge_kubeconfigs, resolve_target
 
 
 def config(current: str, *contexts: tuple[str, str], server="https://example:6443", ca="ca.crt") -> dict:

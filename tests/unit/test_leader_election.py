@@ -8,7 +8,7 @@ import copy
 
 import pytest
 
-from batchsched.shell.kube import ApiError
+from batchsched.kube.client import ApiError
 from batchsched.shell.leader import LeaderElector
 
 LEASE, RENEW, RETRY = 1.0, 0.7, 0.2

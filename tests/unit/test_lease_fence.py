@@ -15,7 +15,7 @@ import pytest
 from aiohttp import web
 from kubernetes.aio import client
 
-from batchsched.shell.kube import ApiError, Kube
+from batchsched.kube.client import ApiError, Kube
 from batchsched.shell.leader import LeaderElector
 from tests.support.lease import HeldLease
 from tests.unit.test_leader_election import LEASE, RENEW, RETRY, FakeLeaseApi

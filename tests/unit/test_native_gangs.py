@@ -11,7 +11,7 @@ from batchsched.core import gangsources
 from batchsched.core.cycle import schedule_cycle
 from batchsched.core.gangs import GangIndex
 from batchsched.core.gangsources import native
-from batchsched.core.model import pod_from_json
+from batchsched.core.readers import pod_from_json
 from batchsched.core.queueing.queue import GangQueue
 from batchsched.shell.cache import ClusterCache
 from tests.unit.cache_support import relist

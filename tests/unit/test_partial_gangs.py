@@ -8,7 +8,7 @@ from batchsched.api.podgroup import MAX_RECORDED_BINDINGS
 from batchsched.core.config import CoreConfig
 from batchsched.core.cycle import REASON_PARTIAL_TIMEOUT, schedule_cycle
 from batchsched.core.gangs import bindings_to_record, build_gangs
-from batchsched.core.model import recorded_bindings
+from batchsched.core.readers import recorded_bindings
 from batchsched.core.queueing.queue import GangQueue
 from tests.unit.helpers import T0, gang_pods, group, node, snapshot
 

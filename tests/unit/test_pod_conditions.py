@@ -6,8 +6,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 
-from batchsched.core.model import PodInfo, pod_from_json
-from batchsched.shell.kube import ApiError
+from batchsched.core.model import PodInfo
+from batchsched.core.readers import pod_from_json
+from batchsched.kube.client import ApiError
 from batchsched.shell.pod_status import PodConditionWriter
 from tests.unit.yield_support import BindingsInFlight
 

@@ -10,7 +10,7 @@ import pytest
 
 from batchsched.api.constants import CHECKPOINT_TIME_ANNOTATION
 from batchsched.config import SchedulerConfig
-from batchsched.core.model import pod_from_json
+from batchsched.core.readers import pod_from_json
 from batchsched.core.preemption.plan import lost_work
 from batchsched.core.preemption.policy import EvictionLog, PreemptionPolicy, PreemptionState
 from tests.unit.helpers import T0, gang_pods, group, node, pod, snapshot
@@ -84,7 +84,7 @@ def test_the_checkpoint_annotation_is_rfc3339_or_ignored(value, problem, checkpo
 def test_the_cache_logs_an_ignored_checkpoint_once_per_value(caplog):
     cache = asyncio.run(new_cache())
     obj = pod_json("p", "u1", node="a")
-    caplog.set_level(logging.WARNING, logger="batchsched.shell.cache")
+    caplog.set_level(logging.WARNING, logger="batchsched.shell.handlers.pods")
     for value in ("soon", "soon", "2999-01-01T00:00:00Z", "2020-01-01T00:00:00Z"):
         obj["metadata"]["annotations"] = {CHECKPOINT_TIME_ANNOTATION: value}
         obj["metadata"]["resourceVersion"] = value

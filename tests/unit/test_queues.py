@@ -20,12 +20,13 @@ from batchsched.core.gangs import GangIndex
 from batchsched.core.preemption.policy import PreemptionPolicy
 from batchsched.core.queues.book import QueueBook
 from batchsched.core.queues.model import QueueInfo, queue_from_json
+from batchsched.core.queues.reclaim import awaited_reclaim, reclaim_for
 from batchsched.core.queues.report import summarize
 from batchsched.core.queues.share import Claimant, divide, dominant_share, fair_shares
 from batchsched.core.resources import Resources
 from batchsched.core.snapshot import Snapshot
 from batchsched.core.tracked import TrackedDict
-from batchsched.shell import cache as cache_module
+from batchsched.shell import reflector as reflector_module
 from batchsched.shell.cache import ClusterCache
 from batchsched.shell.metrics import Metrics
 from batchsched.shell.scheduler import _with_removals
@@ -410,7 +411,7 @@ def test_a_queue_change_retries_every_waiting_gang_and_a_deletion_forgets_it():
 
 
 def test_without_the_queue_crd_the_reflector_runs_empty_and_looks_again(monkeypatch):
-    monkeypatch.setattr(cache_module, "ABSENT_RECHECK_SECONDS", 0.01)
+    monkeypatch.setattr(reflector_module, "ABSENT_RECHECK_SECONDS", 0.01)
     cache = ClusterCache("batchsched")
     relist(cache, "queues", [queue_json("team-a")])
     reflector = next(r for r in cache.reflectors(NotServed(404)) if r.kind == "queues")
@@ -641,7 +642,7 @@ def test_reclaim_stops_at_the_fair_share_so_queues_do_not_ping_pong():
     assert plan.evictions == [] and plan.verdicts["default/b2"].reason == "Unschedulable"
     # and a reclaim that would take a queue below its fair share is refused whole
     fair = QueueBook(borrowed_cluster(), CONFIG)
-    reclaim = fair.reclaim_for(GangIndex(borrowed_cluster())["default/a"])
+    reclaim = reclaim_for(fair, GangIndex(borrowed_cluster())["default/a"])
     assert reclaim is not None and reclaim.excess == {"team-b": {GPU: 8}}
     too_many = running("b1", 2, 4, "n0") + running("b2", 1, 8, "n1")
     assert "would take 16 nvidia.com/gpu from queue team-b, which holds only 8 beyond its fair share" in \
@@ -693,7 +694,7 @@ def test_a_child_over_its_share_is_not_reclaimed_from_while_its_parent_is_under_
                         foreign=[(4, "n1"), (4, "n3")])
     book = QueueBook(snap, CONFIG)
     assert book.within_fair_share(GangIndex(snap)["default/a1"])  # A1 and A stay within theirs
-    assert book.reclaim_for(GangIndex(snap)["default/a1"]) is None
+    assert reclaim_for(book, GangIndex(snap)["default/a1"]) is None
     plan = reclaim_cycle(snap)
     assert plan.evictions == [] and plan.verdicts["default/a1"].reason == "Unschedulable"
 
@@ -704,7 +705,7 @@ def test_a_reclaim_takes_no_more_than_the_victims_parent_holds_beyond_its_share(
     snap = tree_cluster(held={"A2": [("a2", 8, "n0")], "B1": [("b1x", 8, "n2"), ("b1y", 8, "n3")],
                               "B2": [("b2", 4, "n1")]},
                         pending={"A1": [("a1", 8, "")], "B2": [("b2more", 8, "a")]}, foreign=[(4, "n1")])
-    reclaim = QueueBook(snap, CONFIG).reclaim_for(GangIndex(snap)["default/a1"])
+    reclaim = reclaim_for(QueueBook(snap, CONFIG), GangIndex(snap)["default/a1"])
     assert reclaim is not None and reclaim.paths == {"B1": ("B1", "B")}
     assert reclaim.excess == {"B1": {GPU: 8}, "B": {GPU: 4}}
     plan = reclaim_cycle(snap)
@@ -719,7 +720,7 @@ def test_a_subtree_over_its_share_at_every_level_is_reclaimed_from_once_and_does
     # one of B1's gangs.
     held = {"A2": [("a2", 8, "n0")], "B1": [("b1x", 8, "n2"), ("b1y", 8, "n3")], "B2": [("b2", 8, "n1")]}
     snap = tree_cluster(held=held, pending={"A1": [("a1", 8, "")]})
-    reclaim = QueueBook(snap, CONFIG).reclaim_for(GangIndex(snap)["default/a1"])
+    reclaim = reclaim_for(QueueBook(snap, CONFIG), GangIndex(snap)["default/a1"])
     assert reclaim is not None and reclaim.paths == {"B1": ("B1", "B")}
     assert reclaim.excess == {"B1": {GPU: 8}, "B": {GPU: 8}}
     plan = reclaim_cycle(snap)
@@ -730,7 +731,7 @@ def test_a_subtree_over_its_share_at_every_level_is_reclaimed_from_once_and_does
     held["A1"] = [("a1", 8, victim.node_name)]
     held["B1"] = [g for g in held["B1"] if f"{g[0]}-0" != victim.name]
     after = tree_cluster(held=held, pending={"B1": [(victim.group, 8, "")]})
-    assert QueueBook(after, CONFIG).reclaim_for(GangIndex(after)[victim.gang_key]) is None
+    assert reclaim_for(QueueBook(after, CONFIG), GangIndex(after)[victim.gang_key]) is None
     assert reclaim_cycle(after).evictions == []
 
 
@@ -747,7 +748,7 @@ def test_two_subtrees_do_not_reclaim_back_and_forth():
                         foreign=[(4, "n1"), (4, "n3")])
     book, gangs = QueueBook(snap, CONFIG), GangIndex(snap)
     for key in ("default/b1z", "default/b2"):
-        assert book.within_fair_share(gangs[key]) and book.reclaim_for(gangs[key]) is None
+        assert book.within_fair_share(gangs[key]) and reclaim_for(book, gangs[key]) is None
     assert reclaim_cycle(snap).evictions == []
 
 
@@ -758,7 +759,7 @@ def test_within_a_parent_a_child_below_its_share_reclaims_from_a_sibling_beyond_
     snap = tree_cluster(held={"A2": [("a2x", 8, "n0"), ("a2y", 8, "n1"), ("a2z", 8, "n2")],
                               "B1": [("b1", 8, "n3")]},
                         pending={"A1": [("a1", 8, "a")], "B1": [("b1more", 8, "b")]})
-    reclaim = QueueBook(snap, CONFIG).reclaim_for(GangIndex(snap)["default/a1"])
+    reclaim = reclaim_for(QueueBook(snap, CONFIG), GangIndex(snap)["default/a1"])
     assert reclaim is not None and reclaim.paths == {"A2": ("A2",)} and reclaim.excess == {"A2": {GPU: 16}}
     plan = reclaim_cycle(snap)
     assert [e.pod.name for e in plan.evictions if e.preemptor == "default/a1"] in (["a2x-0"], ["a2y-0"])
@@ -769,7 +770,7 @@ def test_a_parent_that_is_not_reclaimable_keeps_what_its_children_borrowed():
     snap = tree_cluster(held=held, pending={"A1": [("a1", 8, "")]})
     b = queue_from_json({"metadata": {"name": "B"}, "spec": {"reclaimable": False}})
     snap = with_queues(snap, *[b if q.name == "B" else q for q in tree_queues()])
-    assert QueueBook(snap, CONFIG).reclaim_for(GangIndex(snap)["default/a1"]) is None
+    assert reclaim_for(QueueBook(snap, CONFIG), GangIndex(snap)["default/a1"]) is None
 
 
 def reclaim_in_flight(b2_queue="team-b"):
@@ -827,7 +828,7 @@ def test_pods_terminating_in_the_gangs_own_queue_are_no_reclaim():
     snap = reclaim_in_flight(b2_queue="team-a")  # b2 preempted by priority, within team-a
     summaries = summarize(snap, CONFIG)
     assert "reclaim" not in summaries["team-a"].status() and "reclaimedBy" not in summaries["team-b"].status()
-    assert QueueBook(snap, CONFIG).awaited_reclaim("default/a") == []
+    assert awaited_reclaim(QueueBook(snap, CONFIG), "default/a") == []
     assert "waiting for reclaim" not in reclaim_cycle(snap).verdicts["default/a"].message
 
 

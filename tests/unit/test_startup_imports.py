@@ -48,7 +48,7 @@ def test_choosing_gpus_loads_no_networkx():
 
 
 def test_starting_the_scheduler_loads_not_the_synchronous_kubernetes_client():
-    """kubernetes.aio alone (shell/kube.py): the package's __init__ would
+    """kubernetes.aio alone (kube/client.py): the package's __init__ would
     load the whole synchronous client, ~225 modules nothing here uses; a
     later ``from kubernetes import client`` (the tests' own helpers) still works."""
     out = subprocess.run(
@@ -61,7 +61,7 @@ def test_starting_the_scheduler_loads_not_the_synchronous_kubernetes_client():
 
 def test_starting_the_scheduler_loads_only_the_client_and_config_of_kubernetes_aio():
     """kubernetes.aio's __init__ would load its dynamic client, watch (and
-    pydoc with it), stream, leaderelection and utils modules; shell/kube.py
+    pydoc with it), stream, leaderelection and utils modules; kube/client.py
     uses its client and config only.  They still import when asked for."""
     unused = ("kubernetes.aio.dynamic", "kubernetes.aio.watch", "kubernetes.aio.stream",
               "kubernetes.aio.leaderelection", "pydoc")

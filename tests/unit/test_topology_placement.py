@@ -8,11 +8,12 @@ import pytest
 from batchsched.api import constants
 from batchsched.core.config import CoreConfig
 from batchsched.core.cycle import schedule_cycle
-from batchsched.core.explain import explain_gang
-from batchsched.core.model import GroupSpec, TopologyPolicy, group_from_json
+from batchsched.core.explain import explain_gang, gpu_rooms
+from batchsched.core.model import GroupSpec, TopologyPolicy
+from batchsched.core.readers import group_from_json
 from batchsched.core.placement.gpus import REASON_NO_NUMA_FIT, REASON_NO_NVLINK_SET, REASON_SHARED_GPUS
 from batchsched.core.queueing.queue import GangQueue
-from batchsched.core.topology.accounting import gpu_rooms, numa_capacity, room_of
+from batchsched.core.topology.accounting import numa_capacity, room_of
 from batchsched.core.topology.choose import gpus_of
 from tests.unit.helpers import gang_pods, pod, snapshot, stamp
 from tests.unit.topology_support import fixture, topology_node

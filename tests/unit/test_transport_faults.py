@@ -13,7 +13,7 @@ import asyncio
 import pytest
 from kubernetes.aio import client
 
-from batchsched.shell.kube import Kube, TransportError
+from batchsched.kube.client import Kube, TransportError
 
 
 async def misbehaving_server(answer: bytes):

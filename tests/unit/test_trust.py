@@ -30,7 +30,7 @@ def test_the_podgroup_priority_class_does_not_make_a_gang_a_preemptor():
     members = tuple(gang_pods("g", 1, priority=100))
     spec = group("g")
     spec_naming_training = type(spec)(**{**spec.__dict__, "priority_class": "training"})
-    assert policy.may_preempt(spec_naming_training, 100, members) == "its PriorityClass is not one that may preempt"
+    assert policy.why_not_preempt(spec_naming_training, 100, members) == "its PriorityClass is not one that may preempt"
 
 
 def test_the_opt_out_annotation_is_honoured_only_where_configured():

@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from batchsched.api import constants
-from batchsched.core.model import PodInfo, pod_from_json
+from batchsched.core.model import PodInfo
+from batchsched.core.readers import pod_from_json
 from batchsched.shell import wire
 
 # Every field pod_from_json reads, each with a value that makes it read on

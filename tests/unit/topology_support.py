@@ -4,7 +4,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from batchsched.api import constants
-from batchsched.core.model import NodeInfo, node_from_json
+from batchsched.core.model import NodeInfo
+from batchsched.core.readers import node_from_json
 from batchsched.core.topology.annotation import to_annotation
 from batchsched.core.topology.model import GpuTopology
 from batchsched.core.topology.parse import parse_topo

@@ -132,7 +132,7 @@ def _fits_one_pod(snapshot: Snapshot, gangs: Mapping[str, Gang],
     def fits(pod: PodInfo) -> bool:
         shape = shape_key(pod)
         if shape not in fits_by_shape:
-            fits_by_shape[shape] = any(not res.fits(pod.requests, room) for room in known())
+            fits_by_shape[shape] = any(not res.shortfall(pod.requests, room) for room in known())
         return fits_by_shape[shape]
 
     known = functools.cache(rooms)
@@ -149,7 +149,7 @@ def room_taken_before_its_turn(ctx: CycleContext, gang: Gang) -> bool:
     snapshot, queue, preemption = ctx.snapshot, ctx.queue, ctx.preemption
     if not queue.woken_by_freed(gang.key, snapshot.now) or not gang.need or gang.key in ctx.holds.claims:
         return False
-    if preemption.enabled and (ctx.book.active or not preemption.may_preempt(gang.spec, gang.priority,
+    if preemption.enabled and (ctx.book.active or not preemption.why_not_preempt(gang.spec, gang.priority,
                                                                              gang.members)):
         return False
     reserved = queue.reserved_against(gang.key)

@@ -22,7 +22,7 @@ from batchsched.core.placement.gang import PlanFailure
 from batchsched.core.preemption.plan import NoPreemption, PreemptionRoom, VictimRules, plan_preemption
 from batchsched.core.queueing.queue import Reservation
 from batchsched.core.queueing.runtime import overran_hint
-from batchsched.core.queues.book import Reclaim, flows_said
+from batchsched.core.queues.reclaim import Reclaim, awaited_reclaim, flows_said, reclaim_for
 from batchsched.core.resources import Resources
 from batchsched.core.snapshot import Snapshot
 
@@ -47,7 +47,7 @@ def unplaced(ctx: CycleContext, gang: Gang, placing: Placing) -> None:
 
 def _why_unplaced(ctx: CycleContext, key: str, failure: PlanFailure) -> str:
     queue, message = ctx.queue, failure.message
-    awaited = ctx.book.awaited_reclaim(key)
+    awaited = awaited_reclaim(ctx.book, key)
     if awaited:  # the room it was nominated to is still held by the queues it reclaims from
         message = f"Gang {key} is waiting for reclaim from {flows_said(awaited)}. {message}"
     if queue.reservation_expired(key):
@@ -75,7 +75,7 @@ def _make_room(ctx: CycleContext, gang: Gang, off_limits: Collection[str]) -> st
                      f"it has waited {waited:.0f}s.")
         else:
             said += _preempt(ctx, gang, off_limits)
-    reclaim = ctx.book.reclaim_for(gang) if len(plan.nominations) == nominated_before else None
+    reclaim = reclaim_for(ctx.book, gang) if len(plan.nominations) == nominated_before else None
     if reclaim is not None:  # its queue takes back what it lent, whatever the victims' priority
         reclaimed = _preempt(ctx, gang, off_limits, reclaim)
         said = reclaimed if len(plan.nominations) > nominated_before else f"{said} {reclaimed}"

@@ -223,7 +223,7 @@ def _ready_at(snapshot: Snapshot, quorum: Collection[Assignment], draining: Drai
         ends = [(draining.end(p, snapshot.now), p) for p in cluster.bound_pods(name)
                 if p.holds_resources and draining(p)]
         for end, pod in sorted(ends, key=lambda e: (math.inf if e[0] is None else e[0], e[1].uid)):
-            if not res.fits(request, free):
+            if not res.shortfall(request, free):
                 break
             if end is None:
                 return None

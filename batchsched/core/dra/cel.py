@@ -40,8 +40,7 @@ import lark
 from celpy import celtypes
 from celpy.evaluation import CELEvalError, bool_eq
 
-from batchsched.core.dra.model import Device, Version
-from batchsched.core.dra.selector import SelectorError
+from batchsched.core.dra.model import Device, SelectorError, Version
 from batchsched.core.text import clip
 
 MAX_EXPRESSION = 10 * 1024  # resource.k8s.io/v1 CELSelectorExpressionMaxLength

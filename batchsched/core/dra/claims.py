@@ -25,9 +25,9 @@ from dataclasses import dataclass, replace
 from typing import Callable, Iterable, Mapping
 
 from batchsched.api.constants import GPU_RESOURCE
-from batchsched.core.dra.selector import SelectorError, compile_selector
+from batchsched.core.dra.selector import compile_selector
 from batchsched.core.dra.demand import AttributeDemand, DeviceDemand, RequestDemand
-from batchsched.core.dra.model import MAX_RESERVED_FOR, AllocatedDevice, DeviceClass, ResourceClaim
+from batchsched.core.dra.model import MAX_RESERVED_FOR, AllocatedDevice, DeviceClass, ResourceClaim, SelectorError
 from batchsched.core.model import NodeInfo, PodInfo
 from batchsched.core.text import clip
 from batchsched.core.topology.accounting import GpuRoom, dra_gpus_by_id

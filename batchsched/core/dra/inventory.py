@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable, Mapping
 
 from batchsched.api.constants import GPU_RESOURCE
-from batchsched.core.dra.selector import SelectorError, compile_selector
-from batchsched.core.dra.model import PCI_BUS_ID_ATTRIBUTE, Device, DeviceClass, ResourceSlice
+from batchsched.core.dra.selector import compile_selector
+from batchsched.core.dra.model import PCI_BUS_ID_ATTRIBUTE, Device, DeviceClass, ResourceSlice, SelectorError
 from batchsched.core.text import clip
 from batchsched.core.topology.model import GpuTopology
 

@@ -46,6 +46,13 @@ class Version(str):
     selectors see a semver value."""
 
 
+class SelectorError(ValueError):
+    """A selector that cannot be used, or that failed on a device; the
+    message says what and why, short enough for a condition.  (Here, not in
+    ``selector.py``, so that ``cel.py`` raising it needs nothing of the
+    module that imports it lazily.)"""
+
+
 class DraError(ValueError):
     """An object the inventory cannot use; the message names the field.
     ``partial``: what of it is read all the same (a claim refused beyond its

@@ -10,11 +10,6 @@ if TYPE_CHECKING:
     from batchsched.core.dra.cel import Selector
 
 
-class SelectorError(ValueError):
-    """A selector that cannot be used, or that failed on a device; the
-    message says what and why, short enough for a condition."""
-
-
 def compile_selector(expression: str) -> Selector:
     """The selector ``expression`` is, checked (``cel.compile_selector``);
     ``SelectorError`` says why not."""

@@ -43,8 +43,10 @@ made the pods, which says least about what the user asked, so any explicit
 grouping on the same pods wins.  Among them the JobSet comes before the Job:
 a JobSet's pods are also its Jobs' pods, and the JobSet is the whole job.
 
-This module only names things and reads pods; each foreign source's
-PodGroup is read (and its status written) by its own module here.
+This module only names things and reads pods; each source's objects are
+read (and its PodGroup's status written) by its own module here, whose
+plugin (``plugin.py``: reader, status writer, RBAC needs) is one line of
+``registry.py``.
 """
 from __future__ import annotations
 
@@ -67,6 +69,9 @@ AUTOMATIC = frozenset({LEADER_WORKER_SET, JOBSET, JOB})
 # Automatic gangs sized by their owner object, read by a watch of the owners' collection.
 OWNER_SIZED = (JOBSET, JOB)
 
+# A pod's role in a Volcano gang, which its PodGroup's minTaskMember counts by.
+VOLCANO_TASK_ANNOTATION = "volcano.sh/task-spec"
+
 
 @dataclass(frozen=True)
 class GangSource:
@@ -84,6 +89,8 @@ class GangSource:
     # Set: every pod states the gang's size in this annotation (stated_size.py), as in a ``group_words``.
     size_annotation: str = ""
     group_words: str = ""
+    # Set: the pod annotation naming its role in the gang (Volcano's task), which minTaskMember counts by.
+    task_annotation: str = ""
 
     @property
     def api_version(self) -> str:
@@ -114,7 +121,8 @@ SOURCES: Mapping[str, GangSource] = {
     SCHEDULER_PLUGINS: GangSource(SCHEDULER_PLUGINS, "scheduling.x-k8s.io", "v1alpha1",
                                   "scheduling.x-k8s.io/pod-group", False, True),
     # Volcano's CRD has no status subresource: its scheduler updates the whole object.
-    VOLCANO: GangSource(VOLCANO, "scheduling.volcano.sh", "v1beta1", "scheduling.k8s.io/group-name", True, False),
+    VOLCANO: GangSource(VOLCANO, "scheduling.volcano.sh", "v1beta1", "scheduling.k8s.io/group-name", True, False,
+                        task_annotation=VOLCANO_TASK_ANNOTATION),
     KUEUE: GangSource(KUEUE, "kueue.x-k8s.io", "v1beta2", "kueue.x-k8s.io/pod-group-name", False, False,
                       podgroups=False, size_annotation="kueue.x-k8s.io/pod-group-total-count",
                       group_words="Kueue pod group"),
@@ -134,8 +142,6 @@ SOURCES: Mapping[str, GangSource] = {
 
 # Longer values cannot be an object name: such a pod is not in any gang of that source.
 MAX_GROUP_NAME = 253
-# A pod's role in a Volcano gang, which its PodGroup's minTaskMember counts by.
-VOLCANO_TASK_ANNOTATION = "volcano.sh/task-spec"
 # The most pods a gang states on its pods (stated_size.py), as our PodGroup's minMember.
 MAX_TOTAL_COUNT = 100_000
 # The Job controller writes it on the pods of Indexed Jobs only: a NonIndexed
@@ -155,6 +161,14 @@ def stated_count(source: str, annotations: Mapping[str, str]) -> int:
         return 0
     count = int(value)
     return count if 1 <= count <= MAX_TOTAL_COUNT else 0
+
+
+def stated_task(source: str, annotations: Mapping[str, str]) -> str:
+    """The pod's role in its gang, where its source names one (Volcano's
+    task); "" when it names none or not a usable one."""
+    key = SOURCES[source].task_annotation
+    task = annotations.get(key) if key else None
+    return task if isinstance(task, str) and len(task) <= MAX_GROUP_NAME else ""
 
 
 def auto_gang_wanted(source: str, labels: Mapping[str, str], annotations: Mapping[str, str],

@@ -6,7 +6,8 @@ from typing import Any, Mapping
 
 from batchsched.core import resources as res
 from batchsched.core.gangsources import SOURCES
-from batchsched.core.model import GroupSpec, parse_time
+from batchsched.core.model import GroupSpec
+from batchsched.core.readers import parse_time
 
 # As our own PodGroup's bound (batchsched.api.podgroup): beyond it is a typo or hostile.
 MAX_MIN_MEMBER = 100_000

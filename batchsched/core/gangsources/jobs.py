@@ -15,8 +15,10 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from batchsched.core.gangsources import JOB, MAX_TOTAL_COUNT
-from batchsched.core.model import GroupSpec, parse_time
+from batchsched.core.gangsources import JOB, MAX_TOTAL_COUNT, SOURCES
+from batchsched.core.gangsources.plugin import SourcePlugin, watches
+from batchsched.core.model import GroupSpec
+from batchsched.core.readers import parse_time
 
 MAX_INT64 = 2**63 - 1
 
@@ -54,3 +56,7 @@ def deadline_seconds(value: Any, field: str) -> int | None:
 def _count(value: Any, default: int) -> int:
     """A count the API server validated (an int32 >= 0); ``default`` when left out."""
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else default
+
+
+# The Job sizes the gang; it has no status of ours to write.
+PLUGIN = SourcePlugin(SOURCES[JOB], watches(SOURCES[JOB]), lambda obj, priority: group_from_json(obj))

@@ -26,9 +26,11 @@ from collections import Counter
 from dataclasses import replace
 from typing import Any, Iterable, Mapping
 
-from batchsched.core.gangsources import JOBSET, MAX_TOTAL_COUNT
+from batchsched.core.gangsources import JOBSET, MAX_TOTAL_COUNT, SOURCES
 from batchsched.core.gangsources.jobs import deadline_seconds
-from batchsched.core.model import GroupSpec, PodInfo, parse_time
+from batchsched.core.gangsources.plugin import SourcePlugin, watches
+from batchsched.core.model import GroupSpec, PodInfo
+from batchsched.core.readers import parse_time
 
 REPLICATED_JOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
 MAX_REPLICATED_JOBS = 64
@@ -110,3 +112,7 @@ def _count(value: Any, default: int, field: str) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_TOTAL_COUNT:
         raise ValueError(f"{field}: a count from 0 to {MAX_TOTAL_COUNT} expected")
     return value
+
+
+# The JobSet sizes the gang; its status is the JobSet controller's.
+PLUGIN = SourcePlugin(SOURCES[JOBSET], watches(SOURCES[JOBSET]), lambda obj, priority: group_from_json(obj))

@@ -14,8 +14,9 @@ from typing import Annotated, Any, Mapping
 from pydantic import Field
 
 from batchsched.api.podgroup import ApiModel, validate_spec
-from batchsched.core.gangsources import NATIVE
+from batchsched.core.gangsources import NATIVE, SOURCES
 from batchsched.core.gangsources.foreign import MAX_MIN_MEMBER, group_spec
+from batchsched.core.gangsources.plugin import SourcePlugin, watches, writes_status
 from batchsched.core.model import GroupSpec
 
 INITIALLY_SCHEDULED = "PodGroupInitiallyScheduled"
@@ -64,3 +65,7 @@ def status(phase: str, reason: str, message: str, written: Mapping[str, Any] | N
         if previous is not None and previous.get("lastTransitionTime"):
             condition["lastTransitionTime"] = previous["lastTransitionTime"]  # still False: not a transition
     return {"conditions": [condition]}
+
+
+PLUGIN = SourcePlugin(SOURCES[NATIVE], watches(SOURCES[NATIVE]) + writes_status(SOURCES[NATIVE]), group_from_json,
+                      lambda f: status(f.phase, f.reason, f.message, f.written, f.now))

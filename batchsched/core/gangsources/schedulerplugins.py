@@ -15,8 +15,9 @@ from typing import Annotated, Any, Mapping
 from pydantic import Field
 
 from batchsched.api.podgroup import MAX_INT32, MAX_MIN_RESOURCES, ApiModel, Quantity, ResourceName, validate_spec
-from batchsched.core.gangsources import SCHEDULER_PLUGINS
+from batchsched.core.gangsources import SCHEDULER_PLUGINS, SOURCES
 from batchsched.core.gangsources.foreign import MAX_MIN_MEMBER, group_spec
+from batchsched.core.gangsources.plugin import SourcePlugin, watches, writes_status
 from batchsched.core.model import GroupSpec
 from batchsched.core.status import Counters
 
@@ -54,3 +55,9 @@ def status(phase: str, counters: Counters, min_member: int, schedule_start_time:
     if schedule_start_time:
         out["scheduleStartTime"] = schedule_start_time
     return out
+
+
+# Its PodGroup names no PriorityClass: the members' priority holds.
+PLUGIN = SourcePlugin(SOURCES[SCHEDULER_PLUGINS], watches(SOURCES[SCHEDULER_PLUGINS])
+                      + writes_status(SOURCES[SCHEDULER_PLUGINS]), lambda obj, priority: group_from_json(obj),
+                      lambda f: status(f.phase, f.counters, f.min_member, f.start_time), names_priority_class=False)

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from batchsched.core.gangsources import MAX_TOTAL_COUNT, SOURCES
+from batchsched.core.gangsources import KUEUE, LEADER_WORKER_SET, MAX_TOTAL_COUNT, SOURCES
+from batchsched.core.gangsources.plugin import SourcePlugin
 from batchsched.core.model import GroupSpec, PodInfo
 from batchsched.core.text import clip
 
@@ -36,3 +37,8 @@ def group_spec(source: str, members: Sequence[PodInfo]) -> GroupSpec | str:
                 + ", ".join(str(c) for c in counts[:5]))
     return GroupSpec(namespace=first.namespace, name=first.group, min_member=counts[0],
                      created=min(p.created for p in members), source=source)
+
+
+# No object to read or write: the pods say all.
+KUEUE_PLUGIN = SourcePlugin(SOURCES[KUEUE])
+LEADER_WORKER_SET_PLUGIN = SourcePlugin(SOURCES[LEADER_WORKER_SET])

@@ -18,8 +18,9 @@ from typing import Annotated, Any, Mapping
 from pydantic import Field
 
 from batchsched.api.podgroup import MAX_MIN_RESOURCES, ApiModel, Quantity, ResourceName, validate_spec
-from batchsched.core.gangsources import VOLCANO
+from batchsched.core.gangsources import SOURCES, VOLCANO
 from batchsched.core.gangsources.foreign import MAX_MIN_MEMBER, group_spec
+from batchsched.core.gangsources.plugin import SourcePlugin, watches, writes_status
 from batchsched.core.model import GroupSpec
 from batchsched.core.status import Counters
 
@@ -83,3 +84,8 @@ def status(phase: str, counters: Counters, reason: str, message: str) -> dict:
                      "message": message}
     return {"phase": theirs, "running": counters.bound, "succeeded": counters.succeeded, "failed": counters.failed,
             "conditions": [condition]}
+
+
+# Its CRD has no status subresource: the status is patched on the object.
+PLUGIN = SourcePlugin(SOURCES[VOLCANO], watches(SOURCES[VOLCANO]) + writes_status(SOURCES[VOLCANO]), group_from_json,
+                      lambda f: status(f.phase, f.counters, f.reason, f.message))

@@ -98,7 +98,7 @@ def resource_reasons(request: Mapping[str, int], free: Mapping[str, int]) -> lis
 
     A resource missing from ``free`` (the node does not advertise it) is 0.
     """
-    return [insufficient_reason(name) for name in sorted(res.fits(request, free))]
+    return [insufficient_reason(name) for name in sorted(res.shortfall(request, free))]
 
 
 def fit_reasons(pod: PodInfo, node: NodeInfo, free: Mapping[str, int]) -> list[str]:

@@ -407,7 +407,7 @@ def min_resources_beyond(gang: Gang, cluster_total: Mapping[str, int]) -> str:
     asked = gang.spec.min_resources
     beyond = ", ".join(f"{name} {res.format_amount(name, asked[name])} > "
                        f"{res.format_amount(name, cluster_total.get(name, 0))}"
-                       for name in sorted(res.fits(asked, cluster_total)))
+                       for name in sorted(res.shortfall(asked, cluster_total)))
     return (f"{NEVER_FITS}: gang {gang.key} minResources exceed the allocatable of all nodes together: "
             f"{beyond}.") if beyond else ""
 

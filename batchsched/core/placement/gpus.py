@@ -99,7 +99,7 @@ def pick_gpus(node: NodeInfo, room: GpuRoom | None, request: Mapping[str, int],
         options = []
         for numa, left in sorted(room.numa_free.items()):
             in_numa = mask_of(g.index for g in topology.gpus if g.numa in (numa, None))
-            choice = None if res.fits(wanted, left) else choose_gpus(topology, room.free, k, in_numa)
+            choice = None if res.shortfall(wanted, left) else choose_gpus(topology, room.free, k, in_numa)
             if choice is not None and policy.rdma:
                 choice = _with_rdma(topology, room.free, k, choice, in_numa)
             if choice is not None:

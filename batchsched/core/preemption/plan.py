@@ -175,7 +175,7 @@ def _cheapest_on_node(request: Resources, free: Resources, node: str, candidates
     room = dict(free)
     counted = set(gone)
     for unit in candidates:
-        if not res.fits(request, room):
+        if not res.shortfall(request, room):
             break
         new = [p for p in distinct_pods([unit], counted) if p.node_name == node]
         if new:  # else every pod of it here is already counted
@@ -183,12 +183,12 @@ def _cheapest_on_node(request: Resources, free: Resources, node: str, candidates
             for pod in new:
                 counted.add(pod.uid)
                 room = res.add(room, pod.requests)
-    if res.fits(request, room):
+    if res.shortfall(request, room):
         return None
     # Reprieve: keep back every unit (dearest first) the pod can do without.
     for unit in sorted(taken, key=lambda u: u.cost, reverse=True):
         rest = [u for u in taken if u is not unit]
-        if not res.fits(request, res.add(free, _freed_on(node, rest, gone))):
+        if not res.shortfall(request, res.add(free, _freed_on(node, rest, gone))):
             taken = rest
     return taken
 
@@ -231,7 +231,7 @@ def plan_preemption(snapshot: Snapshot, gangs: Mapping[str, Gang], gang: Gang, p
                     state: PreemptionState, where: PreemptionRoom, rules: VictimRules) -> PreemptionPlan | NoPreemption:
     """The victims that make room for ``gang``'s quorum, and where each of
     its pods goes once they are gone; or why there are none."""
-    why_not = policy.may_preempt(gang.spec, gang.priority, gang.members)
+    why_not = policy.why_not_preempt(gang.spec, gang.priority, gang.members)
     if why_not:
         return NoPreemption(f"Gang {gang.key} may not preempt: {why_not}.")
     if gang.key in state.in_flight:

@@ -38,7 +38,7 @@ class PreemptionPolicy:
     node_cooldown_seconds: float = 30.0
     nomination_timeout_seconds: float = 120.0
 
-    def may_preempt(self, spec: GroupSpec, priority: int, members: tuple[PodInfo, ...]) -> str:
+    def why_not_preempt(self, spec: GroupSpec, priority: int, members: tuple[PodInfo, ...]) -> str:
         """"" if the gang may preempt, else why not."""
         if not self.enabled:
             return "preemption is disabled"

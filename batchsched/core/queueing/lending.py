@@ -40,7 +40,7 @@ def may_borrow(snapshot: Snapshot, gangs: Mapping[str, Gang], gang: Gang, pods: 
     holder = gangs.get(reservation.gang_key) if reservation is not None else None
     if holder is None or reservation.ready_at is None or not policy.enabled or not pods or not _one_by_one(gang):
         return False
-    if policy.may_preempt(holder.spec, holder.priority, holder.members):
+    if policy.why_not_preempt(holder.spec, holder.priority, holder.members):
         return False  # "" when it may
     evictable_at = max(snapshot.now + policy.min_runtime_seconds, _may_evict_from(holder, queue, policy, snapshot.now))
     if evictable_at > reservation.ready_at:
@@ -69,7 +69,7 @@ def lent_pods(snapshot: Snapshot, gangs: Mapping[str, Gang], holder: Gang, queue
     reservation and may preempt."""
     reservation: Reservation | None = queue.reservation
     if reservation is None or reservation.gang_key != holder.key or not policy.enabled \
-            or policy.may_preempt(holder.spec, holder.priority, holder.members):
+            or policy.why_not_preempt(holder.spec, holder.priority, holder.members):
         return {}
     from_ = _may_evict_from(holder, queue, policy, snapshot.now)
     candidates: list[tuple[float, str]] = []

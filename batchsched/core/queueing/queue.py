@@ -7,7 +7,7 @@ Order
     bound by it (a pod created with spec.nodeName; core/gangs.py
     ``bound_by_us``) give no such precedence.
     Then gangs by priority (highest first), creation time (oldest first) and
-    key.  Every gang whose backoff has expired is tried, in this order, so a
+    key (the criteria of ``queueing/order.py``, in its table).  Every gang whose backoff has expired is tried, in this order, so a
     gang that does not fit never blocks the gangs behind it.
 
 Attempts per cycle (``attempts``)
@@ -82,11 +82,11 @@ from typing import TYPE_CHECKING, Callable, Hashable, Iterable, Iterator
 
 from sortedcontainers import SortedList
 
+from batchsched.core.queueing.order import order_key
+
 if TYPE_CHECKING:
     from batchsched.core.config import CoreConfig
     from batchsched.core.gangs import Gang
-
-_OrderKey = tuple[bool, int, float, str]
 
 
 @dataclass
@@ -106,8 +106,9 @@ class _Entry:
     tried_in_pass: int = -1  # the last pass (GangQueue._pass) that tried it
 
     @property
-    def order(self) -> _OrderKey:
-        return (not self.ahead, -self.priority, self.created, self.key)
+    def order(self) -> tuple:
+        """Where it sorts (queueing/order.py; the gang key last)."""
+        return order_key(self)
 
 
 @dataclass(frozen=True)
@@ -128,7 +129,7 @@ class GangQueue:
         self.reservation_after_seconds = reservation_after_seconds
         self.max_reservation_seconds = max_reservation_seconds
         self._entries: dict[str, _Entry] = {}
-        self._order: SortedList = SortedList()  # of _OrderKey
+        self._order: SortedList = SortedList()  # of _Entry.order
         self._waiting_hints: dict[str, float] = {}
         self._reservation: Reservation | None = None
         self._partial_since: dict[str, float] = {}  # gang key -> partially bound since
@@ -212,7 +213,7 @@ class GangQueue:
     def ordered(self) -> Iterator[str]:
         """Gang keys, first to be tried first."""
         for order in list(self._order):
-            yield order[3]
+            yield order[-1]
 
     # -- events from the shell ----------------------------------------------
 
@@ -299,7 +300,7 @@ class GangQueue:
         current = self._pass
         tried, skipped = 0, False
         for order in list(self._order):
-            entry = self._entries.get(order[3])
+            entry = self._entries.get(order[-1])
             if entry is None or not self.ready(entry.key, now):
                 continue
             if entry.tried_in_pass == current:

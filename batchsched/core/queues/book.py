@@ -15,7 +15,6 @@ each GPU by the node it is on (``CoreConfig.gpu_type_label``).
 from __future__ import annotations
 
 import heapq
-import math
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Callable, Iterable, Iterator, Mapping, Sequence
@@ -26,6 +25,7 @@ from batchsched.core.config import CoreConfig
 from batchsched.core.gangs import Gang, GangChanges, GangIndex, GangProblem
 from batchsched.core.model import PodInfo
 from batchsched.core.placement.gang import Assignment
+from batchsched.core.queueing.order import queue_rank
 from batchsched.core.queues.model import QueueInfo
 from batchsched.core.queues.share import dominant_share, fair_shares
 from batchsched.core.resources import Resources
@@ -47,69 +47,6 @@ class Admission:
     left_out_why: str = ""
     # nodes of a GPU type the queue cannot take even one more pod's GPUs of: node -> why
     excluded: Mapping[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Reclaim:
-    """A queue taking back room it lent (docs/queues.md, "Reclaim"): from
-    which queues, and how much each queue on their side of where they meet
-    the reclaiming queue holds beyond its fair share."""
-
-    queue: str
-    excess: Mapping[str, Mapping[str, int]]  # queue on a victim's path -> resource -> beyond its fair share
-    paths: Mapping[str, tuple[str, ...]]  # victim queue -> it, and its parent unless shared with ``queue``
-    queue_of: Callable[[str], str]
-
-    def __call__(self, gang_key: str) -> bool:
-        """Whether a gang is one the reclaim may evict."""
-        return self.queue_of(gang_key) in self.paths
-
-    def beyond(self, victims: Iterable[PodInfo]) -> str:
-        """Why evicting ``victims`` would take a queue (a victim's, or its
-        parent with all its children's) below its fair share, or ""."""
-        taken: dict[str, Resources] = {}
-        for pod in victims:
-            for name in self.paths[self.queue_of(pod.gang_key)]:
-                taken[name] = res.add(taken.get(name, {}), pod.requests)
-        for name, amounts in sorted(taken.items()):
-            for resource, amount in sorted(amounts.items()):
-                if resource in self.excess[name] and amount > self.excess[name][resource]:
-                    return (f"reclaiming for queue {self.queue} would take {_amount(resource, amount)} {resource} "
-                            f"from queue {name}, which holds only {_amount(resource, self.excess[name][resource])} "
-                            "beyond its fair share; nothing was evicted")
-        return ""
-
-
-@dataclass(frozen=True)
-class ReclaimFlow:
-    """Room going from one queue to another in a reclaim in flight: pods of
-    the queue reclaimed from, terminating on nodes that pods of the
-    reclaiming queue are nominated to (docs/queues.md, "Reclaim in progress")."""
-
-    queue: str  # the other queue: the one reclaimed from, or the one reclaiming
-    gangs: int  # victim gangs with pods still terminating
-    pods: int
-    amounts: Resources  # what those pods hold
-    since: float  # the earliest of their deletions (unix seconds; 0: not known)
-
-    @classmethod
-    def of(cls, queue: str, victims: Iterable[PodInfo]) -> ReclaimFlow:
-        victims = list(victims)
-        return cls(queue, len({p.gang_key for p in victims}), len(victims), summed(p.requests for p in victims),
-                   min((p.deleted for p in victims if p.deleted), default=0.0))
-
-    def said(self) -> str:
-        return f"{self.queue} ({self.gangs} gang{'s' if self.gangs != 1 else ''})"
-
-    def data(self) -> dict:
-        """As Queue status and ``explain -o json`` show it."""
-        return {"queue": self.queue, "gangs": self.gangs, "pods": self.pods,
-                "resources": {r: _amount(r, a) for r, a in sorted(self.amounts.items())}}
-
-
-def flows_said(flows: Iterable[ReclaimFlow]) -> str:
-    """``team-b (3 gangs), team-c (1 gang)``."""
-    return ", ".join(flow.said() for flow in flows)
 
 
 @dataclass
@@ -147,21 +84,22 @@ class _Held:
 
 class QueueBook:
     def __init__(self, snapshot: Snapshot, config: CoreConfig):
-        self._snapshot = snapshot
+        self.snapshot = snapshot
         self.queues: Mapping[str, QueueInfo] = snapshot.queues
         self.default = config.default_queue
         self.type_label = config.gpu_type_label
         # With no Queue object every gang is in the one unlimited default
         # queue: nothing to count, nothing to order (decisions as before queues).
         self.active = bool(self.queues)
-        self._parents = {q.parent for q in self.queues.values() if q.parent}
+        self.parents = {q.parent for q in self.queues.values() if q.parent}
         self._usage: dict[str, _Usage] = {}
         self._nodes_by_type: dict[str, list[str]] | None = None
-        self._ranks: dict[str, tuple[bool, float, str]] = {}  # by queue, until it gains a gang
+        self._ranks: dict[str, tuple] = {}  # by queue (queueing/order.py), until it gains a gang
         self._charged_now: set[str] = set()  # queues this cycle placed gangs of
         self._fair: dict[str, dict[str, Fraction]] | None = None
         self._flight: tuple[dict[str, Resources], dict[str, dict[str, Resources]]] | None = None
-        self._reclaims: dict[str, dict[str, dict[str, PodInfo]]] | None = None
+        # per gang, per other queue, its pods terminating where the gang is nominated (queues/reclaim.py)
+        self.reclaims_in_flight: dict[str, dict[str, dict[str, PodInfo]]] | None = None
         self._waiting_within_share: set[str] = set()  # queues with a gang unplaced this cycle within their share
         if self.active:
             self._count_bound()
@@ -169,13 +107,13 @@ class QueueBook:
     # -- which queue, and whether it can admit ------------------------------
 
     def queue_of(self, gang_key: str) -> str:
-        group = self._snapshot.groups.get(gang_key)
+        group = self.snapshot.groups.get(gang_key)
         return group.queue if group is not None and group.queue else self.default
 
     def problem(self, gang: Gang) -> GangProblem | None:
         """Why the gang's queue admits nothing (missing, invalid, a parent), or None."""
         name = self.queue_of(gang.key)
-        invalid = self._snapshot.invalid_queues
+        invalid = self.snapshot.invalid_queues
         if name in invalid:
             return GangProblem(REASON_INVALID_QUEUE, f"Queue {name} is invalid: {invalid[name]}")
         info = self.queues.get(name)
@@ -185,7 +123,7 @@ class QueueBook:
             return GangProblem(REASON_QUEUE_NOT_FOUND, (
                 f"Queue {name} not found (spec.queue of PodGroup {gang.key}); create it, or name an existing "
                 f"queue, or leave spec.queue unset for the default queue {self.default}."))
-        if name in self._parents:
+        if name in self.parents:
             return GangProblem(REASON_INVALID_QUEUE, (
                 f"Queue {name} has child queues, and gangs go into queues without children; name one of "
                 f"its children in spec.queue of PodGroup {gang.key}."))
@@ -211,11 +149,11 @@ class QueueBook:
         chain = self._chain(name)
         headroom = self._headroom(chain)
         demand = self._demand(gang)
-        if not headroom or not res.fits({r: demand.total.get(r, 0) for r in headroom}, headroom):
+        if not headroom or not res.shortfall({r: demand.total.get(r, 0) for r in headroom}, headroom):
             return Admission(name, pods, excluded=self._excluded(chain, demand.smallest_gpus))
         limited = tuple(sorted(headroom))
         ordered, minimum = demand.smallest_first(limited), demand.minimum(limited)
-        if res.fits({r: minimum.get(r, 0) for r in headroom}, headroom):
+        if res.shortfall({r: minimum.get(r, 0) for r in headroom}, headroom):
             return self.shortfall(name, minimum, {}, gang)
         taken, rest = _within(ordered, headroom)
         if len(taken) < gang.need:  # several resources limited: what fits alone may not fit together
@@ -229,10 +167,10 @@ class QueueBook:
     def _demand(self, gang: Gang) -> _GangDemand:
         """What the gang's pending pods ask, kept across cycles with the gang
         (a gang at its queue's limit is asked every time room frees)."""
-        kept = self._snapshot.cluster.kept(_Demands).by_gang
+        kept = self.snapshot.cluster.kept(_Demands).by_gang
         demand = kept.get(gang.key)
         if demand is None or demand.gang is not gang:
-            if len(kept) > 2 * len(self._snapshot.cluster.pending_gang_keys()) + 64:  # drop gangs that are gone
+            if len(kept) > 2 * len(self.snapshot.cluster.pending_gang_keys()) + 64:  # drop gangs that are gone
                 kept.clear()
             demand = kept[gang.key] = _GangDemand(gang)
         return demand
@@ -272,7 +210,7 @@ class QueueBook:
         """The cycle placed ``assignments`` for a gang of queue ``name``."""
         if self.active:
             amounts, kinds = self._placed(assignments)
-            for charged in self._charged(name):
+            for charged in self.charged(name):
                 if charged not in self._charged_now:  # the kept totals stay what is bound
                     self._usage[charged] = self._usage.get(charged, _Usage()).copy()
                     self._charged_now.add(charged)
@@ -284,17 +222,17 @@ class QueueBook:
         fair share with the gang's minimum placed, counting the room
         nominated to its other gangs, whose victims are on their way out
         (always, without Queue objects)."""
-        return not self.active or not self._beyond_share(gang)
+        return not self.active or not self.beyond_share(gang)
 
-    def _beyond_share(self, gang: Gang) -> list[str]:
+    def beyond_share(self, gang: Gang) -> list[str]:
         """The queues of the gang's chain (its queue, its parent) that would
         go beyond their fair share with the gang's minimum placed, counting
         as ``within_fair_share`` does."""
-        minimum = self._minimum(gang)
-        fair = self._fair_shares()
-        coming = self._in_flight()[1]
+        minimum = self.minimum(gang)
+        fair = self.fair_share_by_queue()
+        coming = self.in_flight()[1]
         beyond = []
-        for charged in self._charged(self.queue_of(gang.key)):
+        for charged in self.charged(self.queue_of(gang.key)):
             held = res.add(self._usage.get(charged, _Usage()).amounts, coming.get(charged, {}).get("", {}))
             own = coming.get(charged, {}).get(gang.key, {})  # this gang's own nomination is not extra
             if any(held.get(r, 0) - own.get(r, 0) + amount > fair.get(charged, {}).get(r, 0)
@@ -316,143 +254,49 @@ class QueueBook:
         if not self._waiting_within_share:
             return ""
         name = self.queue_of(gang.key)
-        waiting = sorted(self._waiting_within_share - set(self._charged(name)))
+        waiting = sorted(self._waiting_within_share - set(self.charged(name)))
         if not waiting or self.within_fair_share(gang):
             return ""
         return (f"queue {name} would go beyond its fair share with gang {gang.key} while queue {waiting[0]}, "
                 "within its own, waits for room (what it borrowed would be reclaimed)")
 
-    def reclaim_for(self, gang: Gang) -> Reclaim | None:
-        """Whether the gang's queue may take back room lent to others, and
-        from which queues.  Another queue is compared with the gang's where
-        their chains meet (their lowest common ancestor: a shared parent, or
-        the cluster): each queue on its side up to there (it, and its parent
-        unless that is shared) must be reclaimable and hold more than its
-        fair share of what the gang asks, not counting what it already has
-        terminating (so reclaims in flight are not repeated while their
-        victims go); each queue on the gang's side up to there must stay
-        within its fair share with the gang's minimum placed.  Above where
-        they meet nothing moves, so nothing there is compared, and room
-        never goes back and forth between two subtrees (docs/queues.md,
-        "Reclaim")."""
-        if not self.active:
-            return None
-        name = self.queue_of(gang.key)
-        chain = self._charged(name)
-        over = self._beyond_share(gang)
-        if name in over:
-            return None
-        minimum = self._minimum(gang)
-        fair = self._fair_shares()
-        going = self._in_flight()[0]
-
-        def beyond_share(queue: str) -> dict[str, int]:
-            # only what it holds beyond its share binds: below it in a resource
-            # nobody contends for (its share is its demand) it would get it back at once
-            held = self._usage.get(queue, _Usage()).amounts
-            return {r: more for r in minimum if minimum[r] and
-                    (more := held.get(r, 0) - going.get(queue, {}).get(r, 0)
-                     - math.ceil(fair.get(queue, {}).get(r, 0))) > 0}
-
-        excess: dict[str, dict[str, int]] = {}
-        paths: dict[str, tuple[str, ...]] = {}
-        for other in self._usage:
-            if other in chain or other in self._parents:
-                continue
-            theirs = self._charged(other)
-            if any(queue in over for queue in chain if queue not in theirs):
-                continue  # the gang's parent would go beyond its share taking from another subtree
-            path = tuple(queue for queue in theirs if queue not in chain)
-            if not all(self.queues.get(queue, QueueInfo(queue)).reclaimable for queue in path):
-                continue
-            beyond = {queue: beyond_share(queue) for queue in path}
-            if any(all(r in amounts for amounts in beyond.values()) for r in beyond[other]):
-                paths[other] = path
-                excess.update(beyond)
-        return Reclaim(name, excess, paths, self.queue_of) if paths else None
-
-    def _minimum(self, gang: Gang) -> Resources:
+    def minimum(self, gang: Gang) -> Resources:
         demand = self._demand(gang)
         return demand.minimum(tuple(sorted(demand.total)))
 
-    def _in_flight(self) -> tuple[dict[str, Resources], dict[str, dict[str, Resources]]]:
+    def in_flight(self) -> tuple[dict[str, Resources], dict[str, dict[str, Resources]]]:
         """Per queue (a parent too), what its terminating pods hold; and per
         queue and gang, the room nominated to the gang's pending pods (under
         the gang key "" too, for all its gangs together).  Once a cycle."""
         if self._flight is None:
             going: dict[str, Resources] = {}
             coming: dict[str, dict[str, Resources]] = {}
-            cluster = self._snapshot.cluster
+            cluster = self.snapshot.cluster
             for pod in cluster.terminating_pods():
-                for charged in self._charged(self.queue_of(pod.gang_key)):
+                for charged in self.charged(self.queue_of(pod.gang_key)):
                     going[charged] = res.add(going.get(charged, {}), pod.requests)
             for pod in cluster.nominated_pods():
-                for charged in self._charged(self.queue_of(pod.gang_key)):
+                for charged in self.charged(self.queue_of(pod.gang_key)):
                     by_gang = coming.setdefault(charged, {})
                     for key in ("", pod.gang_key):
                         by_gang[key] = res.add(by_gang.get(key, {}), pod.requests)
             self._flight = (going, coming)
         return self._flight
 
-    def awaited_reclaim(self, gang_key: str) -> list[ReclaimFlow]:
-        """The reclaims in flight the gang waits for, by the queue reclaimed
-        from (none without Queue objects)."""
-        return [ReclaimFlow.of(other, pods.values())
-                for other, pods in sorted(self._reclaims_in_flight().get(gang_key, {}).items())]
-
-    def reclaims_by_queue(self) -> tuple[dict[str, list[ReclaimFlow]], dict[str, list[ReclaimFlow]], dict[str, int]]:
-        """The reclaims in flight seen from each side: per reclaiming queue,
-        the queues it takes from; per queue reclaimed from, the queues taking
-        from it; and per reclaiming queue, how many of its gangs wait."""
-        victims: dict[tuple[str, str], dict[str, PodInfo]] = {}  # (reclaiming, reclaimed from) -> uid -> pod
-        waiting: dict[str, int] = {}
-        for gang_key, by_queue in self._reclaims_in_flight().items():
-            name = self.queue_of(gang_key)
-            waiting[name] = waiting.get(name, 0) + 1
-            for other, pods in by_queue.items():
-                victims.setdefault((name, other), {}).update(pods)
-        taking: dict[str, list[ReclaimFlow]] = {}
-        giving: dict[str, list[ReclaimFlow]] = {}
-        for (name, other), pods in sorted(victims.items()):
-            taking.setdefault(name, []).append(ReclaimFlow.of(other, pods.values()))
-            giving.setdefault(other, []).append(ReclaimFlow.of(name, pods.values()))
-        return taking, giving, waiting
-
-    def _reclaims_in_flight(self) -> dict[str, dict[str, dict[str, PodInfo]]]:
-        """Per gang with pods nominated to nodes, per other queue, that
-        queue's pods terminating on those nodes (uid -> pod): the room the
-        gang waits for, taken from another queue.  Once a cycle."""
-        if self._reclaims is None:
-            self._reclaims = {}
-            cluster = self._snapshot.cluster
-            terminating_on: dict[str, list[PodInfo]] = {}
-            if self.active:
-                for pod in cluster.terminating_pods():
-                    if pod.scheduler_name == cluster.scheduler_name:
-                        terminating_on.setdefault(pod.node_name, []).append(pod)
-            for pod in cluster.nominated_pods() if terminating_on else ():
-                own = self._charged(self.queue_of(pod.gang_key))
-                for victim in terminating_on.get(pod.nominated_node, ()):
-                    other = self.queue_of(victim.gang_key)
-                    if other not in own:
-                        by_queue = self._reclaims.setdefault(pod.gang_key, {})
-                        by_queue.setdefault(other, {})[victim.uid] = victim
-        return self._reclaims
-
-    def _fair_shares(self) -> dict[str, dict[str, Fraction]]:
+    def fair_share_by_queue(self) -> dict[str, dict[str, Fraction]]:
         """Every queue's fair share over what it holds and its waiting gangs
         ask (computed once a cycle: a placement moves a gang's pods from
         waiting to held, its demand stays)."""
         if self._fair is None:
             demand: dict[str, Resources] = {}
-            for gang in GangIndex(self._snapshot).pending():
+            for gang in GangIndex(self.snapshot).pending():
                 if gang.eligible:
                     name = self.queue_of(gang.key)
                     demand[name] = res.add(demand.get(name, {}), self._demand(gang).total)
             for name, usage in self._usage.items():
-                if name not in self._parents:
+                if name not in self.parents:
                     demand[name] = res.add(demand.get(name, {}), usage.amounts)
-            self._fair = fair_shares(self.queues, demand, self._snapshot.cluster.total_allocatable)
+            self._fair = fair_shares(self.queues, demand, self.snapshot.cluster.total_allocatable)
         return self._fair
 
     # -- whose turn -------------------------------------------------------------
@@ -489,25 +333,33 @@ class QueueBook:
                 heapq.heappush(turns, (self.order_key(name), name))
 
     def order_key(self, name: str) -> tuple:
-        """Queues below their guaranteed first, then by weighted dominant
-        share, then by name; a child ranks first by its parent's key."""
+        """Queues by ``QUEUE_ORDER`` (queueing/order.py: below their
+        guarantee first, then by weighted dominant share), then by name; a
+        child ranks first by its parent's key."""
         own = self._rank(name)
         info = self.queues.get(name)
         return (self._rank(info.parent), own) if info is not None and info.parent in self.queues else (own, own)
 
     def share(self, name: str) -> float:
         info = self.queues.get(name, QueueInfo(name))
-        return dominant_share(info, self.allocated(name), self._snapshot.cluster.total_allocatable)
+        return dominant_share(info, self.allocated(name), self.snapshot.cluster.total_allocatable)
 
     def allocated(self, name: str) -> Resources:
         return dict(self._usage.get(name, _Usage()).amounts)
 
-    def _rank(self, name: str) -> tuple[bool, float, str]:
+    def holding_queues(self) -> Iterable[str]:
+        """The queues that hold something (or held, this cycle)."""
+        return self._usage.keys()
+
+    def below_guarantee(self, name: str) -> bool:
+        """The queue holds less than it is guaranteed of some resource."""
+        info = self.queues.get(name, QueueInfo(name))
+        held = self._usage.get(name, _Usage()).amounts
+        return any(held.get(r, 0) < amount for r, amount in info.guaranteed().items() if amount > 0)
+
+    def _rank(self, name: str) -> tuple:
         if name not in self._ranks:
-            info = self.queues.get(name, QueueInfo(name))
-            held = self._usage.get(name, _Usage()).amounts
-            below = any(held.get(r, 0) < amount for r, amount in info.guaranteed().items() if amount > 0)
-            self._ranks[name] = (not below, self.share(name), name)
+            self._ranks[name] = queue_rank(self, name)
         return self._ranks[name]
 
     # -- counting -------------------------------------------------------------
@@ -516,13 +368,13 @@ class QueueBook:
         """What every queue holds now, from the bound pods of our gangs:
         kept across cycles, each gang recounted only when its pods or its
         PodGroup changed (all of them when the Queues or the config did)."""
-        cluster, groups = self._snapshot.cluster, self._snapshot.groups
+        cluster, groups = self.snapshot.cluster, self.snapshot.groups
         usage = cluster.kept(_KeptUsage)
         held, config = usage.held, (self.default, self.type_label)
         if held is None or held.config != config or held.queues != self.queues:
             held = usage.held = _Held(dict(self.queues), config)
         holding, stamps, kept_gangs = cluster.holding_gang_keys(), cluster.gang_stamps, held.gangs
-        changed = held.changes.since_last(self._snapshot)
+        changed = held.changes.since_last(self.snapshot)
         if changed is None:  # every holding gang is checked (the first count, or the logs cannot tell)
             changed = [key for key in holding if (kept := kept_gangs.get(key)) is None or kept[0] != stamps[key]
                        or kept[1] is not groups.get(key)]
@@ -535,17 +387,17 @@ class QueueBook:
             stamp, group = stamps[key], groups.get(key)
             pods = [p for p in (cluster.pods[u] for u in cluster.gang_uids(key))
                     if p.holds_resources and p.scheduler_name == cluster.scheduler_name]
-            charged = self._charged(self.queue_of(key))
+            charged = self.charged(self.queue_of(key))
             amounts, kinds = summed(p.requests for p in pods), self._by_type((p, p.node_name) for p in pods)
             held.gangs[key] = (stamp, group, charged, amounts, kinds)
             for name in charged:
                 held.totals.setdefault(name, _Usage()).add(amounts, kinds)
-        held.changes.looked(self._snapshot)
+        held.changes.looked(self.snapshot)
         self._usage = dict(held.totals)  # shared until this cycle charges a queue (admit)
 
     def _by_type(self, placed: Iterable[tuple[PodInfo, str]]) -> dict[str, int]:
         """The GPUs of pods on nodes (pod, node name), by the nodes' GPU type."""
-        nodes = self._snapshot.nodes
+        nodes = self.snapshot.nodes
         kinds: dict[str, int] = {}
         for pod, node_name in placed:
             gpus = pod.requests.get(GPU_RESOURCE, 0)
@@ -558,7 +410,7 @@ class QueueBook:
     def _placed(self, assignments: Sequence[Assignment]) -> tuple[Resources, dict[str, int]]:
         return (summed(a.pod.requests for a in assignments), self._by_type((a.pod, a.node_name) for a in assignments))
 
-    def _charged(self, name: str) -> list[str]:
+    def charged(self, name: str) -> list[str]:
         """The queues a gang of ``name`` counts against: it and its parent;
         one without a Queue object (the default queue) alone, for its share."""
         return [q.name for q in self._chain(name)] or [name]
@@ -596,7 +448,7 @@ class QueueBook:
     def _typed_nodes(self) -> dict[str, list[str]]:
         if self._nodes_by_type is None:
             self._nodes_by_type = {}
-            for node in self._snapshot.nodes.values():
+            for node in self.snapshot.nodes.values():
                 kind = node.labels.get(self.type_label)
                 if kind:
                     self._nodes_by_type.setdefault(kind, []).append(node.name)
@@ -656,7 +508,7 @@ def _within(ordered: Sequence[PodInfo], room: Mapping[str, int]) -> tuple[list[P
     taken, rest, left = [], [], dict(room)
     for pod in ordered:
         asked = {r: a for r, a in pod.requests.items() if r in left}
-        if res.fits(asked, left):
+        if res.shortfall(asked, left):
             rest.append(pod)
         else:
             taken.append(pod)

@@ -9,7 +9,8 @@ from typing import Mapping, Sequence
 from batchsched.core import resources as res
 from batchsched.core.config import CoreConfig
 from batchsched.core.gangs import GangIndex
-from batchsched.core.queues.book import QueueBook, ReclaimFlow, flows_said, summed
+from batchsched.core.queues.book import QueueBook, summed
+from batchsched.core.queues.reclaim import ReclaimFlow, flows_said, reclaims_by_queue
 from batchsched.core.queues.share import fair_shares
 from batchsched.core.resources import Resources
 from batchsched.core.snapshot import Snapshot
@@ -71,7 +72,7 @@ def summarize(snapshot: Snapshot, config: CoreConfig) -> dict[str, QueueSummary]
         demand[name] = res.add(demand.get(name, {}), book.allocated(name))
     shares = fair_shares(snapshot.queues, {n: d for n, d in demand.items() if n in names},
                          cluster.total_allocatable)
-    taking, giving, waiting = book.reclaims_by_queue()
+    taking, giving, waiting = reclaims_by_queue(book)
     children = {q.name: q.parent for q in snapshot.queues.values() if q.parent in snapshot.queues}
     for child, parent in children.items():  # a parent's gangs are its children's
         pending[parent] = pending.get(parent, 0) + pending.get(child, 0)

@@ -27,18 +27,16 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Callable, Iterable, Mapping
+from typing import Callable, Iterable, Mapping
 
 from batchsched.api import constants
 from batchsched.core import resources as res
 from batchsched.core.dra.inventory import DraGpu
-from batchsched.core.model import MAX_GPU_ID, NodeInfo, PodInfo, gpu_replicas, has_mig_devices
+from batchsched.core.model import NodeInfo, PodInfo, gpu_replicas, has_mig_devices
+from batchsched.core.readers import MAX_GPU_ID
 from batchsched.core.resources import Resources
 from batchsched.core.topology.choose import mask_of
 from batchsched.core.topology.model import GpuTopology
-
-if TYPE_CHECKING:
-    from batchsched.core.snapshot import Snapshot
 
 _NUMA_RESOURCES = (res.CPU, res.MEMORY)
 
@@ -230,9 +228,3 @@ def room_after(node: NodeInfo, room: GpuRoom, pod: PodInfo) -> GpuRoom:
     asked = pod.requests.get(constants.GPU_RESOURCE, 0)
     named = [g for g in sorted(set(pod.gpu_ids)) if room.free >> g & 1][:asked]
     return room.take(named, pod.requests, charged_numa(node, named, asked))
-
-
-def gpu_rooms(snapshot: Snapshot) -> dict[str, GpuRoom]:
-    """The room of every node that has one."""
-    state = snapshot.cluster
-    return {name: room for name in snapshot.nodes if (room := state.room(name)) is not None}

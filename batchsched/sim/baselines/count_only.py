@@ -91,7 +91,7 @@ class CountOnlyScheduler:
         for name in self._filter.evaluate(pod).feasible:  # sorted by name
             free = trial.free(name)
             if (name in self._off_limits or free.get(constants.GPU_RESOURCE, 0) < gpus
-                    or res.fits(pod.requests, free)):
+                    or res.shortfall(pod.requests, free)):
                 continue
             if self.node_rule == FIRST_FIT:
                 return name

@@ -42,7 +42,7 @@ class PreemptingScheduler(CountOnlyScheduler):
         for gang in gangs:
             if self._try(cluster, gang, trial, plan) is not None or not self.policy.enabled:
                 continue
-            if gang.key in self._victims_of or self.policy.may_preempt(gang.spec, gang.priority, gang.members):
+            if gang.key in self._victims_of or self.policy.why_not_preempt(gang.spec, gang.priority, gang.members):
                 continue
             if candidates is None:
                 candidates = self._candidates(cluster, to_unix(now))
@@ -104,13 +104,13 @@ class PreemptingScheduler(CountOnlyScheduler):
                 room = res.subtract(res.add(trial.free(node), freed.get(node, {})), used.get(node, {}))
                 extra = []
                 for unit in on_node.get(node, ()):
-                    if not res.fits(pod.requests, room):
+                    if not res.shortfall(pod.requests, room):
                         break
                     new = [p for p in unit if p.uid not in victims]
                     if new:
                         extra.extend(new)
                         room = res.add(room, _requests_on(node, new))
-                if res.fits(pod.requests, room):
+                if res.shortfall(pod.requests, room):
                     continue
                 for victim in extra:
                     victims[victim.uid] = victim
@@ -144,7 +144,7 @@ class PreemptingScheduler(CountOnlyScheduler):
         for pod in quorum:
             for node in self._by_fullness(pod, trial):
                 room = res.subtract(res.add(trial.free(node), freed.get(node, {})), used.get(node, {}))
-                if not res.fits(pod.requests, room):
+                if not res.shortfall(pod.requests, room):
                     used[node] = res.add(used.get(node, {}), pod.requests)
                     break
             else:
