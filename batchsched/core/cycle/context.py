@@ -46,15 +46,12 @@ class CycleContext:
     _capacity: CapacityIndex | None = None
 
     def __post_init__(self) -> None:
+        self.plan: CyclePlan = self.statement.plan  # what the cycle decided so far
         self.cluster_total: Mapping[str, int] = self.snapshot.cluster.total_allocatable  # every node's allocatable
 
     @property
     def now(self) -> float:
         return self.snapshot.now
-
-    @property
-    def plan(self) -> CyclePlan:
-        return self.statement.plan  # (a property: read a few times per gang tried)
 
     @property
     def capacity(self) -> CapacityIndex:

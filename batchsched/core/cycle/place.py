@@ -10,8 +10,7 @@ capacity index.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable, Collection, Mapping
+from typing import Callable, Collection, Mapping, NamedTuple
 
 from batchsched.core import resources as res
 from batchsched.core.cycle.context import CycleContext
@@ -30,8 +29,7 @@ from batchsched.core.resources import Resources
 from batchsched.core.snapshot import Snapshot
 
 
-@dataclass(frozen=True)
-class Placing:
+class Placing(NamedTuple):  # (a tuple: made for every gang placed, cheaply)
     result: GangPlan | PlanFailure
     reserved: frozenset[str]  # nodes reserved against it
     off_limits: Collection[str]  # those and the nodes its queue may not use now
