@@ -104,11 +104,12 @@ class _Entry:
     hopeless: bool = False
     reservation_expired: bool = False  # held one past its bound; none until touched
     tried_in_pass: int = -1  # the last pass (GangQueue._pass) that tried it
+    # Where it sorts (queueing/order.py; the gang key last): kept, as it is read
+    # for every gang tried (reserved_against) and changes only in ``upsert``.
+    order: tuple = field(init=False, default=())
 
-    @property
-    def order(self) -> tuple:
-        """Where it sorts (queueing/order.py; the gang key last)."""
-        return order_key(self)
+    def __post_init__(self) -> None:
+        self.order = order_key(self)
 
 
 @dataclass(frozen=True)
@@ -189,6 +190,7 @@ class GangQueue:
         if (priority, created, ahead) != (entry.priority, entry.created, entry.ahead):
             self._order.remove(entry.order)
             entry.priority, entry.created, entry.ahead = priority, created, ahead
+            entry.order = order_key(entry)
             self._order.add(entry.order)
         if signature != entry.signature:
             entry.signature = signature
