@@ -81,29 +81,38 @@ def open_cycle(snapshot: Snapshot, queue: GangQueue, config: CoreConfig, preempt
 
 
 def attempt(ctx: CycleContext, key: str) -> None:
-    """Try one gang inside a statement.  One gang's unforeseen failure (a
+    """Try one gang inside a statement (one whose room was taken before its
+    turn is not tried, and takes nothing).  One gang's unforeseen failure (a
     bug, a value no check foresaw) is that gang's verdict, and all it
     tentatively placed, evicted or took is undone: the gangs after it are
     tried on the room there was before it."""
+    try:
+        gang = ctx.gangs[key]
+        if room_taken_before_its_turn(ctx, gang):  # most gangs tried in a burst: it takes nothing
+            ctx.queue.resume_backoff(key)
+            return
+    except Exception as exc:  # noqa: BLE001 - isolated per gang, reported in its verdict
+        _failed(ctx, key, exc)
+        return
     statement = ctx.statement
     statement.checkpoint(ctx.capacity)
     try:
-        gang = ctx.gangs[key]
-        if room_taken_before_its_turn(ctx, gang):
-            ctx.queue.resume_backoff(key)
-        else:
-            admission = admit(ctx, gang)
-            if admission is not None:
-                placing = place(ctx, gang, admission)
-                if isinstance(placing.result, GangPlan):
-                    commit(ctx, gang, admission, placing)
-                else:
-                    unplaced(ctx, gang, placing)
+        admission = admit(ctx, gang)
+        if admission is not None:
+            placing = place(ctx, gang, admission)
+            if isinstance(placing.result, GangPlan):
+                commit(ctx, gang, admission, placing)
+            else:
+                unplaced(ctx, gang, placing)
     except Exception as exc:  # noqa: BLE001 - isolated per gang, reported in its verdict
         statement.rollback()
-        ctx.queue.record_failure(key, ctx.now)
-        ctx.plan.verdicts[key] = Verdict(False, REASON_INTERNAL_ERROR, (
-            f"Gang {key} could not be tried: {type(exc).__name__}: {clip(str(exc), 300)}; "
-            "it is retried after a backoff."))
+        _failed(ctx, key, exc)
     else:
         statement.keep()
+
+
+def _failed(ctx: CycleContext, key: str, exc: Exception) -> None:
+    ctx.queue.record_failure(key, ctx.now)
+    ctx.plan.verdicts[key] = Verdict(False, REASON_INTERNAL_ERROR, (
+        f"Gang {key} could not be tried: {type(exc).__name__}: {clip(str(exc), 300)}; "
+        "it is retried after a backoff."))
