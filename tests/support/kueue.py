@@ -11,11 +11,10 @@ the one test namespace carrying ``NAMESPACE_LABEL``.
 from __future__ import annotations
 
 import contextlib
+import json
 import subprocess
 from pathlib import Path
 from typing import Iterator
-
-import yaml
 
 from tests.support import controllers
 from tests.support.kube import TestKube
@@ -54,7 +53,9 @@ def running_kueue(kube: TestKube, kubeconfig: str, binary: str, workdir: Path, n
         "integrations": {"frameworks": ["pod"]},
         "clientConnection": {"qps": 200, "burst": 400},
     }
-    (workdir / "kueue.yaml").write_text(yaml.safe_dump(config))
+    # JSON, which is YAML with every string quoted: a run id such as "1234e567" left plain would be
+    # read by Kueue's Go YAML as a number, which a label's value may not be
+    (workdir / "kueue.yaml").write_text(json.dumps(config))
     hooks = controllers.webhook_configurations(module / "config/components/webhook/manifests.yaml",
                                                "kueue.x-k8s.io", f"https://127.0.0.1:{port}", ca,
                                                f"kueue-e2e-{run_id}", label)
